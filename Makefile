@@ -1,0 +1,56 @@
+# The lab's commands. `make help` lists them. Every target sets the environment up first:
+# it uses the virtualenv or conda env that is active, else creates .venv here.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= python3
+ifdef VIRTUAL_ENV
+  ENV_PYTHON := $(VIRTUAL_ENV)/bin/python
+else ifdef CONDA_PREFIX
+  ENV_PYTHON := $(CONDA_PREFIX)/bin/python
+else
+  ENV_PYTHON := .venv/bin/python
+endif
+# One install stamp per environment, redone when pyproject.toml changes.
+STAMP := .make/installed-$(shell echo "$(abspath $(ENV_PYTHON))" | cksum | cut -d' ' -f1)
+ARGS ?=
+
+.PHONY: help setup run smoke test lint lab doctor bench clean
+
+help: ## list every target
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@echo "  (ARGS=\"...\" passes extra options, e.g. make run ARGS=\"--only 01\")"
+
+.venv/bin/python:
+	$(PYTHON) -m venv .venv
+
+$(STAMP): pyproject.toml | $(ENV_PYTHON)
+	$(ENV_PYTHON) -m pip install --upgrade pip
+	$(ENV_PYTHON) -m pip install -e '.[dev]'
+	@mkdir -p .make && touch $@
+
+setup: $(STAMP) ## create/refresh the environment and install the pinned dependencies
+
+run: $(STAMP) ## execute the whole course headless (papermill), results in runs/latest
+	$(ENV_PYTHON) -m labkit course run $(ARGS)
+
+smoke: $(STAMP) ## execute the whole course at smoke size
+	$(ENV_PYTHON) -m labkit course run --smoke $(ARGS)
+
+test: $(STAMP) ## run the test suite (includes every notebook at smoke size)
+	$(ENV_PYTHON) -m pytest $(ARGS)
+
+lint: $(STAMP) ## ruff over labkit, tests and notebooks
+	$(ENV_PYTHON) -m ruff check labkit tests notebooks
+
+lab: $(STAMP) ## open JupyterLab on the notebooks
+	$(ENV_PYTHON) -m jupyter lab --notebook-dir=notebooks $(ARGS)
+
+doctor: $(STAMP) ## what this machine has: torch, backends, GPUs, NCCL, Redis, NATS
+	$(ENV_PYTHON) -m labkit doctor $(ARGS)
+
+bench: $(STAMP) ## launch overhead: labkit vs bare torchrun, JSON
+	$(ENV_PYTHON) -m labkit bench launch --json $(ARGS)
+
+clean: ## remove the environment stamp and caches (keeps runs/ and .venv)
+	rm -rf .make .pytest_cache .ruff_cache

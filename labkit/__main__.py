@@ -1,0 +1,5 @@
+"""``python -m labkit`` is the ``labkit`` command."""
+
+from labkit.cli import main
+
+raise SystemExit(main())
