@@ -1,0 +1,142 @@
+"""The ``labkit`` command (also ``python -m labkit``).
+
+    labkit doctor [--json]
+    labkit course run [--smoke] [--only 01 03] [--out DIR]
+    labkit launch --nnodes 2 --nproc-per-node 2 script.py [args...]
+    labkit launch --hosts 10.0.0.1,10.0.0.2 --nproc-per-node 8 --dry-run train.py
+    labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
+    labkit bench launch --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from labkit.errors import LabkitError
+from labkit.magic import parse_env
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from labkit.doctor import format_table, run_doctor
+
+    checks = run_doctor()
+    if args.json:
+        print(json.dumps([c.to_dict() for c in checks], indent=2))
+    else:
+        print(format_table(checks))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _course_run(args: argparse.Namespace) -> int:
+    from labkit.course import run_course
+
+    result = run_course(
+        notebooks_dir=args.notebooks, out=args.out, smoke=args.smoke, only=args.only or None,
+        cell_timeout=args.cell_timeout, progress=not args.no_progress,
+    )
+    return 0 if result.ok else 1
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from labkit import launch
+
+    env = parse_env(args.env)
+    if args.slurm:
+        text = launch.slurm_script(
+            args.nnodes, args.nproc_per_node, args.script, args.args,
+            max_restarts=args.max_restarts, env=env, gpus_per_node=args.gpus_per_node,
+        )
+        Path(args.slurm).write_text(text)
+        print(f"wrote {args.slurm}: submit it with `sbatch {args.slurm}`")
+        return 0
+    if args.hosts:
+        hosts = [h for h in args.hosts.split(",") if h]
+        options = dict(workdir=args.workdir, max_restarts=args.max_restarts, env=env)
+        if args.dry_run:
+            for command in launch.ssh_commands(hosts, args.nproc_per_node, args.script,
+                                               args.args, **options):
+                print(shlex.join(command))
+            return 0
+        result = launch.launch_hosts(hosts, args.nproc_per_node, args.script, args.args,
+                                     timeout_s=args.timeout, **options)
+    else:
+        result = launch.launch_local(
+            args.script, *args.args, nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
+            max_restarts=args.max_restarts, timeout_s=args.timeout, env=env,
+        )
+    if result.published is not None:
+        print(json.dumps(result.published))
+    result.check()
+    return 0
+
+
+def _bench_launch(args: argparse.Namespace) -> int:
+    from labkit.bench.launch import measure_launch
+
+    report = measure_launch(args.repeats, args.nnodes, args.nproc_per_node)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"labkit {report['labkit_s']} s vs bare torchrun {report['bare_torchrun_s']} s "
+              f"(median of {report['repeats']}): overhead {report['overhead']:+.1%}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    doctor = commands.add_parser("doctor", help="torch, backends, GPUs, NCCL, Redis, NATS")
+    doctor.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    doctor.set_defaults(func=_doctor)
+
+    course = commands.add_parser("course", help="the notebooks").add_subparsers(
+        dest="course_command", required=True)
+    run = course.add_parser("run", help="execute the notebooks headless with papermill")
+    run.add_argument("--smoke", action="store_true", help="smoke sizes from notebooks/smoke.yml")
+    run.add_argument("--only", nargs="+", metavar="ID", help="notebook ids, e.g. 00 03")
+    run.add_argument("--out", help="run folder (default runs/<timestamp>, linked as runs/latest)")
+    run.add_argument("--notebooks", default="notebooks", help="notebook folder")
+    run.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(func=_course_run)
+
+    launch = commands.add_parser("launch", help="run a script on N nodes x P ranks (torchrun)")
+    launch.add_argument("--nnodes", type=int, default=1, help="simulated nodes (agents)")
+    launch.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node")
+    launch.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
+    launch.add_argument("--timeout", type=float, default=300, help="hard timeout, seconds")
+    launch.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra environment for every rank (repeatable)")
+    launch.add_argument("--hosts", help="real hosts, comma-separated: run over ssh in parallel")
+    launch.add_argument("--workdir", help="with --hosts: folder to cd into on every host")
+    launch.add_argument("--dry-run", action="store_true", help="with --hosts: print commands")
+    launch.add_argument("--slurm", metavar="FILE", help="write an sbatch script instead")
+    launch.add_argument("--gpus-per-node", type=int, help="with --slurm: #SBATCH --gpus-per-node")
+    launch.add_argument("script")
+    launch.add_argument("args", nargs=argparse.REMAINDER)
+    launch.set_defaults(func=_launch)
+
+    bench = commands.add_parser("bench", help="measurements, printed as JSON").add_subparsers(
+        dest="bench_command", required=True)
+    bench_launch = bench.add_parser("launch", help="labkit launcher vs bare torchrun")
+    bench_launch.add_argument("--repeats", type=int, default=5)
+    bench_launch.add_argument("--nnodes", type=int, default=2)
+    bench_launch.add_argument("--nproc-per-node", type=int, default=2)
+    bench_launch.add_argument("--json", action="store_true")
+    bench_launch.set_defaults(func=_bench_launch)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LabkitError as exc:
+        print(f"labkit: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,124 @@
+"""One device-agnostic process-group setup for every lesson.
+
+Run under torchrun (or labkit's launcher), a script calls ``info = setup()`` and gets the right
+backend for its device (nccl with CUDA, gloo otherwise), its device from LOCAL_RANK, and a
+collective timeout that is short in the lab: PyTorch's default is 10 minutes for NCCL and
+30 for gloo, far too long to wait for a hang in a workshop.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+TIMEOUT_ENV = "LABKIT_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+"""Lab default for collectives and rendezvous; override with LABKIT_COLLECTIVE_TIMEOUT."""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Who this process is in the job, as torchrun describes it in the environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int  # torchrun's GROUP_RANK: assigned by the rendezvous, not by --node-rank
+    num_nodes: int
+    restart_count: int
+    hostname: str
+    backend: str = ""
+    device: str = "cpu"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def rank_info(backend: str = "", device: str = "cpu") -> RankInfo:
+    """Read rank and world facts from the environment torchrun sets (a world of 1 without it)."""
+    world_size = _env_int("WORLD_SIZE", 1)
+    local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
+    return RankInfo(
+        rank=_env_int("RANK", 0),
+        world_size=world_size,
+        local_rank=_env_int("LOCAL_RANK", 0),
+        local_world_size=local_world_size,
+        node_rank=_env_int("GROUP_RANK", 0),
+        num_nodes=_env_int("GROUP_WORLD_SIZE", max(1, world_size // max(1, local_world_size))),
+        restart_count=_env_int("TORCHELASTIC_RESTART_COUNT", 0),
+        hostname=socket.gethostname(),
+        backend=backend,
+        device=device,
+    )
+
+
+def default_backend() -> str:
+    """nccl where CUDA GPUs are, gloo everywhere else (CPU laptops, CI)."""
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def collective_timeout(seconds: float | None = None) -> timedelta:
+    """The timeout for collectives: the argument, else $LABKIT_COLLECTIVE_TIMEOUT, else 60 s."""
+    if seconds is None:
+        seconds = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    if seconds <= 0:
+        raise ValueError(f"collective timeout must be positive, got {seconds}")
+    return timedelta(seconds=seconds)
+
+
+def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInfo:
+    """Join the process group torchrun prepared and return who we are.
+
+    Outside torchrun (no RANK in the environment) it makes a world of one on a free loopback
+    port, so the same code runs in a plain Python process.
+    """
+    import torch
+    import torch.distributed as dist
+
+    backend = backend or default_backend()
+    if "RANK" not in os.environ:
+        from labkit.ports import free_port
+
+        os.environ.update(
+            RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+        )
+    info = rank_info(backend)
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(info.local_rank)
+        device = f"cuda:{info.local_rank}"
+    if not dist.is_initialized():
+        init_kwargs = {}
+        if backend == "nccl":
+            init_kwargs["device_id"] = torch.device(device)
+        dist.init_process_group(backend, timeout=collective_timeout(timeout_s), **init_kwargs)
+    return rank_info(backend, device)
+
+
+def teardown() -> None:
+    """Leave the process group cleanly (PyTorch warns when a job exits without this)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def print0(*args, **kwargs) -> None:
+    """print() on rank 0 only, so a message appears once, not once per rank."""
+    if _env_int("RANK", 0) == 0:
+        print(*args, flush=True, **kwargs)

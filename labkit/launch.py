@@ -1,0 +1,425 @@
+"""Run a script on N nodes x P ranks with torchrun: simulated nodes here, real hosts there.
+
+On one machine each simulated node is its own ``torchrun`` agent (a separate process), and
+the agents meet through c10d rendezvous on 127.0.0.1: the same protocol real nodes use. With
+c10d the rendezvous assigns node ranks (torchrun's GROUP_RANK) by sorting the agents by address
+and pid; ``--node-rank`` only matters for the static backend, so labkit does not pass it.
+
+For a real cluster the same job is written as one torchrun command per host (run in parallel
+over ssh, never one after another) or as a Slurm batch script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import LaunchError
+from labkit.ports import free_port
+from labkit.proctree import MARK_ENV, end_launch
+from labkit.publish import RUN_DIR_ENV, read_published
+
+RDZV_PORT = 29400  # torchrun's default c10d endpoint port on a real cluster
+FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
+
+Echo = Callable[[str], None]
+
+
+class RankFailedError(LaunchError):
+    """A rank raised or exited non-zero; ``str(err)`` carries that rank's traceback."""
+
+    def __init__(self, failure: RankFailure, others: int = 0) -> None:
+        self.failure = failure
+        more = f"\n({others} more rank(s) failed after it)" if others else ""
+        super().__init__(
+            f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
+            f"{failure.error}{more}\n\n{failure.traceback}"
+        )
+
+
+class LaunchTimeoutError(LaunchError):
+    """The job ran past its timeout; every process of it was ended."""
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    node: int
+    restart: int
+    time: float
+    error: str
+    traceback: str
+
+
+@dataclass
+class LaunchResult:
+    """What a launch did: exit codes, output lines, failures and rank 0's published object."""
+
+    returncode: int
+    node_returncodes: list[int | None]
+    seconds: float
+    timed_out: bool
+    output: list[str]
+    failures: list[RankFailure]
+    published: Any
+    commands: list[list[str]]
+    timeout_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def check(self) -> LaunchResult:
+        """Raise the error that explains a failed launch (first failing rank first).
+
+        Failures a restart recovered from (``--max-restarts``) stay in ``failures`` but
+        don't raise when the job finished well."""
+        __tracebackhide__ = True  # IPython shows the rank's traceback, not this frame
+        if self.timed_out:
+            raise LaunchTimeoutError(
+                f"job still running after its {self.timeout_s:g} s timeout: every process was "
+                "ended. A rank that hangs in a collective waits for the others; raise the "
+                "timeout only if the job is slow, not stuck.\nLast output:\n"
+                + "\n".join(self.output[-20:])
+            )
+        if self.returncode != 0 and self.failures:
+            raise RankFailedError(self.failures[0], len(self.failures) - 1)
+        if self.returncode != 0:
+            raise LaunchError(
+                f"torchrun exited with {self.node_returncodes} and no rank recorded an error.\n"
+                "Last output:\n" + "\n".join(self.output[-20:])
+            )
+        return self
+
+
+@dataclass
+class LaunchConfig:
+    """One job: which script, how many simulated nodes and ranks, and its limits."""
+
+    script: str
+    args: Sequence[str] = ()
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    max_restarts: int = 0
+    timeout_s: float = 300.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.nnodes < 1 or self.nproc_per_node < 1:
+            raise LaunchError(
+                f"need at least 1 node and 1 rank per node, got nnodes={self.nnodes}, "
+                f"nproc_per_node={self.nproc_per_node}"
+            )
+        if self.max_restarts < 0:
+            raise LaunchError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.timeout_s <= 0:
+            raise LaunchError(f"timeout must be positive, got {self.timeout_s}")
+        if not Path(self.script).is_file():
+            raise LaunchError(f"script not found: {self.script}")
+
+
+def torchrun_args(
+    nnodes: int,
+    nproc_per_node: int,
+    endpoint: str,
+    run_id: str,
+    max_restarts: int = 0,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The torchrun options shared by every node of one job (c10d rendezvous)."""
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        *extra,
+    ]
+
+
+def local_node_command(cfg: LaunchConfig, node: int, port: int, run_id: str) -> list[str]:
+    """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
+    join_timeout = int(min(cfg.timeout_s, 600))
+    extra = [
+        "--local-addr=127.0.0.1",
+        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}",
+    ]
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        *torchrun_args(cfg.nnodes, cfg.nproc_per_node, f"127.0.0.1:{port}", run_id,
+                       cfg.max_restarts, extra),
+        "-m", "labkit.worker", str(cfg.script), *map(str, cfg.args),
+    ]
+
+
+def _pump(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a text stream)
+    for line in stream:
+        line = line.rstrip("\n")
+        lines.put(line if line.startswith("[node") else f"[{label}] {line}")
+    stream.close()
+
+
+def run_agents(
+    commands: list[list[str]],
+    labels: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    echo: Echo | None = print,
+    fail_fast: bool = True,
+) -> tuple[list[int | None], list[str], bool]:
+    """Start the agent commands in parallel, stream their output, enforce the timeout.
+
+    Every process they start carries a launch mark in its environment, so whatever happens
+    (success, failure, timeout, an exception here) nothing of the launch outlives this call.
+    Returns (exit codes, output lines, timed_out).
+    """
+    mark = uuid.uuid4().hex
+    env = {**env, MARK_ENV: mark}
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+    timed_out = False
+    deadline = time.monotonic() + timeout_s
+    failed_at: float | None = None
+
+    def drain() -> None:
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                return
+            output.append(line)
+            if echo is not None:
+                echo(line)
+
+    try:
+        for command, label in zip(commands, labels, strict=True):
+            proc = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+            )
+            procs.append(proc)
+            pump = threading.Thread(target=_pump, args=(proc.stdout, label, lines), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        while any(p.poll() is None for p in procs):
+            drain()
+            now = time.monotonic()
+            if now > deadline:
+                timed_out = True
+                break
+            if fail_fast and any(p.returncode not in (None, 0) for p in procs):
+                failed_at = failed_at or now
+                if now - failed_at > FAIL_FAST_GRACE_S:
+                    break
+            time.sleep(0.05)
+    finally:
+        end_launch(mark, {p.pid for p in procs})
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for pump in pumps:
+            pump.join(timeout=5)
+        drain()
+    return [p.returncode for p in procs], output, timed_out
+
+
+def _read_failures(run_dir: Path) -> list[RankFailure]:
+    failures = []
+    for path in (run_dir / "failures").glob("*.json"):
+        try:
+            failures.append(RankFailure(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue  # a rank killed mid-write leaves half a file: nothing to report from it
+    return sorted(failures, key=lambda f: f.time)
+
+
+def launch_local(
+    script: str | Path,
+    *args: str,
+    nnodes: int = 1,
+    nproc_per_node: int = 1,
+    max_restarts: int = 0,
+    timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+    echo: Echo | None = print,
+    run_dir: str | Path | None = None,
+    check: bool = False,
+) -> LaunchResult:
+    """Run ``script`` on ``nnodes`` simulated nodes x ``nproc_per_node`` ranks on this machine.
+
+    Each node is a separate torchrun agent; ranks print with a ``[nodeN rankR]`` prefix. The
+    whole process tree is ended at ``timeout_s``. With ``check=True`` a failed or timed-out job
+    raises (:class:`RankFailedError` carries the failing rank's traceback).
+    """
+    cfg = LaunchConfig(str(script), args, nnodes, nproc_per_node, max_restarts, timeout_s,
+                       dict(env or {}))
+    cfg.validate()
+    own_dir = run_dir is None
+    folder = Path(tempfile.mkdtemp(prefix="labkit-launch-") if own_dir else run_dir)
+    try:
+        port, run_id = free_port(), uuid.uuid4().hex[:12]
+        commands = [local_node_command(cfg, node, port, run_id) for node in range(nnodes)]
+        agent_env = {
+            **os.environ,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "PYTHONUNBUFFERED": "1",
+            **cfg.env,
+            RUN_DIR_ENV: str(folder),
+        }
+        started = time.monotonic()
+        codes, output, timed_out = run_agents(
+            commands, [f"torchrun{i}" for i in range(nnodes)], agent_env, timeout_s, echo
+        )
+        result = LaunchResult(
+            returncode=0 if all(c == 0 for c in codes) else 1,
+            node_returncodes=codes,
+            seconds=time.monotonic() - started,
+            timed_out=timed_out,
+            output=output,
+            failures=_read_failures(folder),
+            published=read_published(folder),
+            commands=commands,
+            timeout_s=timeout_s,
+        )
+    finally:
+        if own_dir:
+            shutil.rmtree(folder, ignore_errors=True)
+    return result.check() if check else result
+
+
+# --- real clusters -------------------------------------------------------------------------
+
+
+def _env_prefix(env: dict[str, str] | None) -> list[str]:
+    return ["env", *(f"{k}={v}" for k, v in sorted((env or {}).items()))] if env else []
+
+
+def host_torchrun_command(
+    hosts: Sequence[str],
+    nproc_per_node: int,
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    run_id: str,
+    rdzv_port: int = RDZV_PORT,
+    max_restarts: int = 0,
+    env: dict[str, str] | None = None,
+    torchrun: str = "torchrun",
+) -> list[str]:
+    """The torchrun command every host runs: identical on all of them (c10d needs no rank)."""
+    return [
+        *_env_prefix(env), torchrun,
+        *torchrun_args(len(hosts), nproc_per_node, f"{hosts[0]}:{rdzv_port}", run_id,
+                       max_restarts),
+        script, *args,
+    ]
+
+
+def ssh_commands(
+    hosts: Sequence[str],
+    nproc_per_node: int,
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    run_id: str | None = None,
+    workdir: str | None = None,
+    rdzv_port: int = RDZV_PORT,
+    max_restarts: int = 0,
+    env: dict[str, str] | None = None,
+    torchrun: str = "torchrun",
+) -> list[list[str]]:
+    """One ``ssh HOST '<torchrun ...>'`` command per host, to be started in parallel.
+
+    The first host serves the c10d rendezvous on ``rdzv_port``. Use addresses the hosts can
+    reach each other by; ``workdir`` is where the script lives on every host.
+    """
+    if not hosts:
+        raise LaunchError("--hosts needs at least one host")
+    run_id = run_id or uuid.uuid4().hex[:12]
+    remote = shlex.join(host_torchrun_command(
+        hosts, nproc_per_node, script, args, run_id=run_id, rdzv_port=rdzv_port,
+        max_restarts=max_restarts, env=env, torchrun=torchrun,
+    ))
+    if workdir:
+        remote = f"cd {shlex.quote(workdir)} && {remote}"
+    return [["ssh", "-o", "BatchMode=yes", host, remote] for host in hosts]
+
+
+def launch_hosts(
+    hosts: Sequence[str],
+    nproc_per_node: int,
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    timeout_s: float = 3600.0,
+    echo: Echo | None = print,
+    **options: Any,
+) -> LaunchResult:
+    """Run the job on real hosts over ssh, all nodes at once, output prefixed by host."""
+    commands = ssh_commands(hosts, nproc_per_node, script, args, **options)
+    started = time.monotonic()
+    codes, output, timed_out = run_agents(commands, list(hosts), dict(os.environ), timeout_s,
+                                          echo)
+    return LaunchResult(
+        returncode=0 if all(c == 0 for c in codes) else 1, node_returncodes=codes,
+        seconds=time.monotonic() - started, timed_out=timed_out, output=output, failures=[],
+        published=None, commands=commands, timeout_s=timeout_s,
+    )
+
+
+def slurm_script(
+    nnodes: int,
+    nproc_per_node: int,
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    job_name: str = "labkit",
+    time_limit: str = "01:00:00",
+    partition: str | None = None,
+    gpus_per_node: int | None = None,
+    rdzv_port: int = RDZV_PORT,
+    max_restarts: int = 0,
+    env: dict[str, str] | None = None,
+) -> str:
+    """An sbatch script: one torchrun per node (``srun --ntasks-per-node=1``), c10d on the
+    first node of the allocation, the Slurm job id as the rendezvous id."""
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={nnodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --time={time_limit}",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if gpus_per_node:
+        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
+    lines += ["", "set -euo pipefail",
+              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)']
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
+    torchrun = " ".join([
+        "torchrun", '--nnodes="$SLURM_NNODES"', f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d", f'--rdzv-endpoint="$head_node:{rdzv_port}"',
+        '--rdzv-id="$SLURM_JOB_ID"', f"--max-restarts={max_restarts}", shlex.join([script, *args]),
+    ])
+    lines += ["", f"srun {torchrun}", ""]
+    return "\n".join(lines)

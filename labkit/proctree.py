@@ -1,0 +1,98 @@
+"""Find and end every process of a launch, even ones whose parent died.
+
+torchrun starts each worker in a session of its own, so killing the agent's process group
+misses the workers, and a worker whose agent was SIGKILLed is re-parented away from the tree.
+The launcher therefore marks every process it starts with an environment variable
+(LABKIT_LAUNCH_ID), which children inherit, and finds them by that mark on Linux (/proc);
+elsewhere it walks the parent/child tree with ``ps``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+MARK_ENV = "LABKIT_LAUNCH_ID"
+
+
+def _marked_linux(mark: str) -> set[int]:
+    needle = f"{MARK_ENV}={mark}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone already, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.add(int(entry.name))
+    found.discard(os.getpid())
+    return found
+
+
+def _descendants_ps(roots: set[int]) -> set[int]:
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        pid, ppid = (int(x) for x in line.split())
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def launch_processes(mark: str, roots: set[int] = frozenset()) -> set[int]:
+    """Live processes that belong to the launch ``mark`` (plus the given roots' descendants)."""
+    if Path("/proc/self/environ").exists():
+        return _marked_linux(mark)  # zombies have an empty environ, so they don't count
+    return {pid for pid in roots if _alive(pid)} | _descendants_ps(set(roots))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def end_launch(mark: str, roots: set[int] = frozenset(), grace_s: float = 5.0) -> int:
+    """SIGTERM every process of the launch, SIGKILL what is left after ``grace_s``.
+
+    Returns how many processes it had to signal. Safe to call when all are gone already.
+    """
+    pids = launch_processes(mark, roots)
+    if not pids:
+        return 0
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not launch_processes(mark, roots):
+            return len(pids)
+        time.sleep(0.1)
+    for _ in range(20):  # SIGKILL cannot be ignored; loop for ones forked meanwhile
+        left = launch_processes(mark, roots)
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.05)
+    return len(pids)

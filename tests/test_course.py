@@ -1,0 +1,250 @@
+"""The course runner on tiny throwaway notebooks: results, parameters, validation, run folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from labkit import course
+from labkit.errors import ParameterError
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+def make_notebook(path: Path, params: str, *cells: str) -> Path:
+    """A notebook with a ``parameters`` cell (``params``) followed by ``cells``."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = KERNELSPEC
+    first = nbformat.v4.new_code_cell(params)
+    first.metadata["tags"] = ["parameters"]
+    nb.cells = [first, *(nbformat.v4.new_code_cell(c) for c in cells)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def make_course(tmp_path: Path) -> Path:
+    """repo/notebooks with a notebook that raises (00) and one that writes what it got (01)."""
+    nbdir = tmp_path / "repo" / "notebooks"
+    make_notebook(nbdir / "00_broken.ipynb", "n = 3", "raise ValueError(f'broken with n={n}')")
+    make_notebook(
+        nbdir / "01_report.ipynb",
+        "n = 3\nlabel = 'workshop'",
+        "import json, os, sys\n"
+        "got = {'n': n, 'label': label, 'smoke': os.environ.get('LABKIT_SMOKE'),\n"
+        "       'python': sys.executable, 'cwd': os.getcwd()}\n"
+        "json.dump(got, open('report.json', 'w'))\n"
+        "print(n * 2)",
+    )
+    return nbdir
+
+
+def kernel_children() -> list[str]:
+    """Command lines of this process's children that are Jupyter kernels."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and "ipykernel" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_kernel_left_behind():
+    yield
+    if not Path("/proc/self/stat").exists():
+        return
+    deadline = time.monotonic() + 10
+    while kernel_children() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert kernel_children() == []
+
+
+@pytest.mark.notebook
+def test_run_reports_each_notebook_and_goes_on_after_a_failure(tmp_path, capsys):
+    nbdir = make_course(tmp_path)
+    result = course.run_course(nbdir, progress=False)
+
+    run_dir = result.run_dir
+    assert run_dir.parent == (tmp_path / "repo" / "runs").resolve()
+    assert [(r.notebook, r.status) for r in result.results] == [
+        ("00_broken", "failed"),
+        ("01_report", "ok"),
+    ]
+    assert not result.ok
+    broken, report = result.results
+    assert broken.error == "ValueError: broken with n=3"
+    assert report.error is None
+    for r in result.results:  # the failed one keeps its partial notebook and HTML too
+        assert (run_dir / r.output).is_file() and (run_dir / r.html).is_file()
+    executed = nbformat.read(run_dir / "01_report.ipynb", as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "6"
+    assert "broken with n=3" in (run_dir / "00_broken.html").read_text()
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary == result.to_dict()
+    assert summary["ok"] is False and summary["smoke"] is False
+    assert [n["status"] for n in summary["notebooks"]] == ["failed", "ok"]
+    assert summary["notebooks"][1] == {
+        "notebook": "01_report",
+        "status": "ok",
+        "seconds": report.seconds,
+        "output": "01_report.ipynb",
+        "html": "01_report.html",
+        "error": None,
+    }
+    assert summary["total_seconds"] >= sum(n["seconds"] for n in summary["notebooks"])
+    index = (run_dir / "index.html").read_text()
+    assert 'href="01_report.html"' in index and 'href="00_broken.ipynb"' in index
+    assert "ValueError: broken with n=3" in index
+
+    # the kernel ran this interpreter, in the notebooks folder, without LABKIT_SMOKE
+    got = json.loads((nbdir / "report.json").read_text())
+    assert got["python"] == sys.executable
+    assert got["cwd"] == str(nbdir.resolve())
+    assert got["smoke"] is None
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("[1/2] 00_broken ") and "failed" in lines[0]
+    assert lines[1].startswith("[2/2] 01_report ") and " ok " in lines[1]
+    assert str(run_dir.name) in lines[-1]
+
+
+@pytest.mark.notebook
+def test_smoke_and_override_parameters_reach_the_kernel(tmp_path, monkeypatch):
+    nbdir = make_course(tmp_path)
+    (nbdir / "smoke.yml").write_text("00_broken: {}\n01_report:\n  n: 5\n  label: smoke\n")
+    # a stale user-level kernelspec that wins the lookup: the runner must not use it
+    stale = tmp_path / "user-data" / "kernels" / "python3"
+    stale.mkdir(parents=True)
+    argv = ["/nonexistent/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (stale / "kernel.json").write_text(json.dumps({"argv": argv, "language": "python"}))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(stale.parents[1]))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+    monkeypatch.delenv("LABKIT_SMOKE", raising=False)
+    out = tmp_path / "my-run"
+
+    result = course.run_course(
+        nbdir,
+        out=out,
+        smoke=True,
+        only=["01"],
+        parameters_override={"01": {"n": 7}},
+        progress=False,
+    )
+
+    assert result.ok and result.run_dir == out
+    assert [r.notebook for r in result.results] == ["01_report"]
+    got = json.loads((nbdir / "report.json").read_text())
+    assert (got["n"], got["label"], got["smoke"]) == (7, "smoke", "1")
+    assert got["python"] == sys.executable
+    assert "LABKIT_SMOKE" not in os.environ  # restored
+    assert not (tmp_path / "repo" / "runs").exists()  # `out` is the run folder, no runs/latest
+    assert json.loads((out / "summary.json").read_text())["smoke"] is True
+
+
+def fake_execute(input_path, output_path, **kwargs):
+    """Stands in for papermill.execute_notebook: 'executes' by copying, in no time."""
+    Path(output_path).write_text(Path(input_path).read_text())
+
+
+def test_runs_are_kept_and_latest_points_at_the_newest(tmp_path, monkeypatch):
+    nbdir = make_course(tmp_path)
+    monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
+
+    first = course.run_course(nbdir, only=["01_report"], progress=False)
+    second = course.run_course(nbdir, only=["01_report"], progress=False)
+
+    runs = tmp_path / "repo" / "runs"
+    assert first.run_dir != second.run_dir
+    assert first.run_dir.is_dir() and second.run_dir.is_dir()
+    assert (runs / "latest").is_symlink()
+    assert (runs / "latest").resolve() == second.run_dir
+    assert (runs / "latest" / "summary.json").is_file()
+    assert sorted(p.name for p in runs.iterdir()) == sorted(
+        ["latest", first.run_dir.name, second.run_dir.name]
+    )
+    if second.run_dir.name.startswith(first.run_dir.name):  # same second: suffixed
+        assert second.run_dir.name == first.run_dir.name + "-2"
+
+
+def test_unknown_parameter_fails_before_anything_runs(tmp_path, monkeypatch):
+    nbdir = make_course(tmp_path)
+    monkeypatch.setattr(papermill, "execute_notebook", pytest.fail)
+    with pytest.raises(ParameterError, match=r"01_report: unknown parameter nn.*n, label"):
+        course.run_course(nbdir, parameters_override={"01": {"nn": 4}}, progress=False)
+    (nbdir / "smoke.yml").write_text("00_broken: {}\n01_report: {steps: 2}\n")
+    with pytest.raises(ParameterError, match="unknown parameter steps"):
+        course.run_course(nbdir, smoke=True, progress=False)
+    assert not (tmp_path / "repo" / "runs").exists()
+
+
+def test_smoke_file_must_match_the_notebooks(tmp_path):
+    nbdir = make_course(tmp_path)
+    with pytest.raises(ParameterError, match="no smoke sizes"):
+        course.plan_course(nbdir, smoke=True)
+    (nbdir / "smoke.yml").write_text("00_broken: {}\n01_report: {}\n02_gone: {}\n")
+    with pytest.raises(ParameterError, match="02_gone names no notebook"):
+        course.plan_course(nbdir, smoke=True)
+    (nbdir / "smoke.yml").write_text("00_broken:\n")
+    with pytest.raises(ParameterError, match="no entry for 01_report"):
+        course.plan_course(nbdir, smoke=True)
+    (nbdir / "smoke.yml").write_text("00_broken:\n01_report: {n: 1}\n")
+    assert course.plan_course(nbdir, smoke=True) == [
+        (nbdir / "00_broken.ipynb", {}),
+        (nbdir / "01_report.ipynb", {"n": 1}),
+    ]
+
+
+def test_select_by_id_or_name(tmp_path):
+    nbdir = make_course(tmp_path)
+    notebooks = course.find_notebooks(nbdir)
+    assert [p.name for p in notebooks] == ["00_broken.ipynb", "01_report.ipynb"]
+    assert course.select(notebooks, None) == notebooks
+    assert course.select(notebooks, ["01", "00_broken"]) == notebooks  # course order
+    assert course.select(notebooks, ["01_report"]) == notebooks[1:]
+    with pytest.raises(ParameterError, match="unknown notebook '07'; known ids: 00, 01"):
+        course.select(notebooks, ["07"])
+    with pytest.raises(ParameterError, match="unknown notebook"):
+        course.run_course(nbdir, only=["01_reprot"], progress=False)
+    with pytest.raises(ParameterError, match="not selected"):
+        course.plan_course(nbdir, only=["00"], parameters_override={"01": {"n": 1}})
+
+
+def test_notebook_without_parameters_cell_is_an_error(tmp_path):
+    nbdir = make_course(tmp_path)
+    nb = nbformat.read(nbdir / "00_broken.ipynb", as_version=4)
+    nb.cells[0].metadata["tags"] = []
+    nbformat.write(nb, nbdir / "00_broken.ipynb")
+    with pytest.raises(ParameterError, match="00_broken: needs exactly one cell tagged"):
+        course.check_parameters(nbdir / "00_broken.ipynb", {})
+    course.check_parameters(nbdir / "01_report.ipynb", {"n": 1, "label": "x"})
+
+
+def test_load_smoke_parameters(tmp_path):
+    path = tmp_path / "smoke.yml"
+    path.write_text("# nothing yet\n")
+    assert course.load_smoke_parameters(path) == {}
+    path.write_text("a: {x: 1}\nb:\n")
+    assert course.load_smoke_parameters(path) == {"a": {"x": 1}, "b": {}}
+    path.write_text("a: [1, 2]\n")
+    with pytest.raises(ParameterError, match="must be a mapping"):
+        course.load_smoke_parameters(path)
+
+
+def test_the_course_smoke_file_names_the_course_notebooks():
+    """notebooks/smoke.yml is valid YAML with one mapping per notebook stem."""
+    smoke = course.load_smoke_parameters(Path(__file__).parents[1] / "notebooks" / "smoke.yml")
+    assert "00_welcome_and_doctor" in smoke
+    assert all(isinstance(v, dict) for v in smoke.values())
