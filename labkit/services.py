@@ -38,6 +38,7 @@ from labkit.ports import free_port
 
 if TYPE_CHECKING:
     import redis
+    from redis.retry import Retry
 
 HOST = "127.0.0.1"
 REDIS_URL_ENV = "REDIS_URL"
@@ -107,6 +108,25 @@ def _tail(paths: list[Path], lines: int = 15) -> str:
         except OSError:
             pass
     return "\n".join(text[-lines:]) or "(empty log)"
+
+
+def _can_bind(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as servers set it, so
+    connections lingering in TIME_WAIT after a previous server do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _port_taken(name: str, port: int) -> str:
+    return (
+        f"{name}: port {port} on {HOST} is already in use: pass another port= "
+        "or leave it out to get a free one"
+    )
 
 
 class _PortInUse(Exception):
@@ -201,6 +221,8 @@ class _Server:
             self._reset()  # a previous run that died
             binary = self.find_binary()
             requested = self._requested_port = self.port
+            if requested is not None and not _can_bind(requested):
+                raise ServiceError(_port_taken(self.name, requested))
             attempts = 1 if requested is not None else _PORT_ATTEMPTS
             for attempt in range(attempts):
                 port = requested if requested is not None else free_port(HOST)
@@ -209,10 +231,7 @@ class _Server:
                     break
                 except _PortInUse:
                     if requested is not None:
-                        raise ServiceError(
-                            f"{self.name}: port {port} on {HOST} is already in use: pass another "
-                            "port= or leave it out to get a free one"
-                        ) from None
+                        raise ServiceError(_port_taken(self.name, port)) from None
                     if attempt == attempts - 1:
                         raise ServiceError(
                             f"{self.name}: {attempts} free ports in a row were taken before the "
@@ -283,7 +302,7 @@ class _Server:
                 )
             if self._ping(port) and self._proc.poll() is None:
                 return
-            if time.monotonic() > deadline:
+            if self._proc.poll() is None and time.monotonic() > deadline:
                 raise ServiceError(
                     f"{self.name} did not answer on {HOST}:{port} within "
                     f"{self.startup_timeout:g} s; its log ends with:\n{_tail(logs)}"
@@ -309,6 +328,14 @@ class _Server:
         tmpdir, self._tmpdir = self._tmpdir, None
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _no_retry() -> Retry:
+    """redis-py retries a failed command with backoff (seconds); a probe wants one try."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return Retry(NoBackoff(), 0)
 
 
 def _quote(value: str | Path) -> str:
@@ -388,7 +415,12 @@ class RedisServer(_Server):
         import redis
 
         client = redis.Redis(
-            host=HOST, port=port, password=self._secret, socket_timeout=1, socket_connect_timeout=1
+            host=HOST,
+            port=port,
+            password=self._secret,
+            socket_timeout=0.5,
+            socket_connect_timeout=0.5,
+            retry=_no_retry(),
         )
         try:
             return bool(client.ping())
@@ -447,7 +479,7 @@ class NatsServer(_Server):
 
     def _ping(self, port: int) -> bool:
         try:
-            info = _nats_handshake(HOST, port, {"auth_token": self._secret}, timeout=1.0)
+            info = _nats_handshake(HOST, port, {"auth_token": self._secret}, timeout=0.5)
         except (OSError, ValueError):
             return False
         return bool(info.get("jetstream"))
@@ -510,7 +542,9 @@ def check_redis(url: str, timeout: float = 2.0) -> ServiceStatus:
 
     shown = redact(url)
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=_no_retry()
+        )
         try:
             client.ping()
             version = str(client.info("server").get("redis_version", ""))

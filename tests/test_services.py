@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 import nats
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from labkit import services
 from labkit.errors import ServiceError
@@ -26,6 +29,8 @@ from labkit.services import (
     check_redis,
     redact,
 )
+
+NO_RETRY = Retry(NoBackoff(), 0)  # redis-py retries auth errors with backoff by default
 
 
 def _gone(pid: int) -> bool:
@@ -65,19 +70,20 @@ def _children() -> set[int]:
     return kids
 
 
-def _tempdirs(prefix: str) -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"{prefix}*"))
-
-
 @pytest.fixture(autouse=True)
-def _no_leftovers():
-    """Every test leaves no server process and no temp dir of its own behind."""
-    before_kids = _children()
-    before_dirs = _tempdirs("labkit-redis-") | _tempdirs("labkit-nats-")
+def _no_leftovers(monkeypatch, tmp_path):
+    """Every test leaves no server process and no server temp dir behind. Servers make their
+    temp dirs in this test's own tmp dir, so tests running elsewhere at the same time don't count.
+    """
+    server_tmp = tmp_path / "servers"
+    server_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(server_tmp))
+    monkeypatch.setenv("TMPDIR", str(server_tmp))
+    before = _children()
     yield
     services.stop_all()
-    assert _children() <= before_kids
-    assert (_tempdirs("labkit-redis-") | _tempdirs("labkit-nats-")) <= before_dirs
+    assert _children() <= before
+    assert not list(server_tmp.iterdir())
 
 
 @pytest.fixture
@@ -109,7 +115,7 @@ def test_redis_roundtrip_password_and_clean_stop():
         assert server.url == f"redis://:{server.password}@127.0.0.1:{server.port}/0"
         assert redis.Redis.from_url(server.url).get("greeting") == b"hello"
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(host=server.host, port=server.port).get("greeting")
+            redis.Redis(host=server.host, port=server.port, retry=NO_RETRY).get("greeting")
         # The password is in a config file, not on the command line where `ps` shows it.
         assert server.password not in Path(f"/proc/{pid}/cmdline").read_text()
         assert server.password not in redact(server.url)
@@ -168,7 +174,10 @@ def test_redis_missing_binary_names_the_fix(no_binaries):
         RedisServer(binary="/nonexistent/redis-server").start()
 
 
-def test_redis_explicit_port_clash_names_the_port():
+@pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "server-fails-to-bind"])
+def test_redis_explicit_port_clash_names_the_port(monkeypatch, precheck):
+    if not precheck:  # someone takes the port between the check and the server's bind
+        monkeypatch.setattr(services, "_can_bind", lambda port: True)
     with _taken_port() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(ServiceError, match=rf"port {port}\b"):
@@ -220,17 +229,17 @@ def test_killed_parent_takes_its_server_along():
     )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        pid_text, tmpdir = parent.stdout.readline().split()
+        pid, tmpdir = parent.stdout.readline().split()
         parent.kill()
         parent.wait()
-        assert _wait_gone(int(pid_text)), "redis-server outlived its killed parent"
+        assert _wait_gone(int(pid)), "redis-server outlived its killed parent"
     finally:
         parent.kill()
         parent.wait()
         parent.stdout.close()
-        if "tmpdir" in locals():
-            # A SIGKILLed parent cannot remove the temp dir; the server is what matters.
-            subprocess.run(["rm", "-rf", tmpdir], check=False)
+    # A SIGKILLed parent cannot remove the temp dir (it is in TMPDIR, this test's own tmp dir).
+    assert Path(tmpdir).parent == Path(tempfile.gettempdir())
+    shutil.rmtree(tmpdir)
 
 
 # NATS
@@ -284,7 +293,10 @@ def test_nats_missing_binary_names_the_fix(no_binaries):
         NatsServer().start()
 
 
-def test_nats_explicit_port_clash_names_the_port():
+@pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "server-fails-to-bind"])
+def test_nats_explicit_port_clash_names_the_port(monkeypatch, precheck):
+    if not precheck:
+        monkeypatch.setattr(services, "_can_bind", lambda port: True)
     with _taken_port() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(ServiceError, match=rf"port {port}\b"):
