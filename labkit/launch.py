@@ -116,6 +116,7 @@ class LaunchConfig:
     max_restarts: int = 0
     timeout_s: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
+    join_timeout_s: float | None = None  # how long an agent waits for the others to join
 
     def validate(self) -> None:
         if self.nnodes < 1 or self.nproc_per_node < 1:
@@ -153,7 +154,7 @@ def torchrun_args(
 
 def local_node_command(cfg: LaunchConfig, node: int, port: int, run_id: str) -> list[str]:
     """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
-    join_timeout = int(min(cfg.timeout_s, 600))
+    join_timeout = int(cfg.join_timeout_s or min(cfg.timeout_s, 600))
     extra = [
         "--local-addr=127.0.0.1",
         f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}",
@@ -263,21 +264,28 @@ def launch_local(
     echo: Echo | None = print,
     run_dir: str | Path | None = None,
     check: bool = False,
+    join_timeout_s: float | None = None,
+    nodes_started: int | None = None,
 ) -> LaunchResult:
     """Run ``script`` on ``nnodes`` simulated nodes x ``nproc_per_node`` ranks on this machine.
 
     Each node is a separate torchrun agent; ranks print with a ``[nodeN rankR]`` prefix. The
     whole process tree is ended at ``timeout_s``. With ``check=True`` a failed or timed-out job
     raises (:class:`RankFailedError` carries the failing rank's traceback).
+    ``nodes_started=k`` starts only the first k agents of the job: what a node that never
+    shows up does to the others (they wait ``join_timeout_s`` for it, then fail).
     """
     cfg = LaunchConfig(str(script), args, nnodes, nproc_per_node, max_restarts, timeout_s,
-                       dict(env or {}))
+                       dict(env or {}), join_timeout_s)
     cfg.validate()
+    started_nodes = nnodes if nodes_started is None else nodes_started
+    if not 1 <= started_nodes <= nnodes:
+        raise LaunchError(f"nodes_started must be between 1 and nnodes={nnodes}")
     own_dir = run_dir is None
     folder = Path(tempfile.mkdtemp(prefix="labkit-launch-") if own_dir else run_dir)
     try:
         port, run_id = free_port(), uuid.uuid4().hex[:12]
-        commands = [local_node_command(cfg, node, port, run_id) for node in range(nnodes)]
+        commands = [local_node_command(cfg, node, port, run_id) for node in range(started_nodes)]
         agent_env = {
             **os.environ,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -287,7 +295,7 @@ def launch_local(
         }
         started = time.monotonic()
         codes, output, timed_out = run_agents(
-            commands, [f"torchrun{i}" for i in range(nnodes)], agent_env, timeout_s, echo
+            commands, [f"torchrun{i}" for i in range(started_nodes)], agent_env, timeout_s, echo
         )
         result = LaunchResult(
             returncode=0 if all(c == 0 for c in codes) else 1,
@@ -304,6 +312,15 @@ def launch_local(
         if own_dir:
             shutil.rmtree(folder, ignore_errors=True)
     return result.check() if check else result
+
+
+def launch_code(code: str, **options: Any) -> LaunchResult:
+    """Run a piece of Python source on every rank (written to a temp script); options as for
+    :func:`launch_local`. This is what ``%%torchrun`` does with a cell."""
+    with tempfile.TemporaryDirectory(prefix="labkit-code-") as run_dir:
+        script = Path(run_dir) / "cell.py"
+        script.write_text(code)
+        return launch_local(script, run_dir=run_dir, **options)
 
 
 # --- real clusters -------------------------------------------------------------------------

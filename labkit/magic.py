@@ -17,14 +17,12 @@ as plain JSON data. A failing rank raises here with that rank's traceback; a han
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from labkit.errors import ParameterError
-from labkit.launch import LaunchResult, launch_local
+from labkit.launch import LaunchResult, launch_code
 
 last_launch: LaunchResult | None = None
 """The most recent ``%%torchrun`` launch (exit codes, seconds, output lines)."""
@@ -79,19 +77,15 @@ class TorchrunMagics(Magics):
         except TypeError as exc:
             raise ParameterError(f"--vars must name JSON-able values (numbers, strings, "
                                  f"lists, dicts): {exc}") from None
-        with tempfile.TemporaryDirectory(prefix="labkit-cell-") as run_dir:
-            script = Path(run_dir) / "cell.py"
-            script.write_text(script_text)
-            last_launch = launch_local(
-                script,
-                nnodes=args.nnodes,
-                nproc_per_node=args.nproc_per_node,
-                max_restarts=args.max_restarts,
-                timeout_s=args.timeout,
-                env=parse_env(args.env),
-                echo=None if args.quiet else print,
-                run_dir=run_dir,
-            )
+        last_launch = launch_code(
+            script_text,
+            nnodes=args.nnodes,
+            nproc_per_node=args.nproc_per_node,
+            max_restarts=args.max_restarts,
+            timeout_s=args.timeout,
+            env=parse_env(args.env),
+            echo=None if args.quiet else print,
+        )
         last_launch.check()
         user_ns[args.result] = last_launch.published
 

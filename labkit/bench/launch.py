@@ -45,6 +45,13 @@ def bare_torchrun(script: Path, nnodes: int, nproc_per_node: int, timeout_s: flo
     return seconds
 
 
+def torch_import_seconds() -> float:
+    """Seconds for a fresh Python process to import torch: what every agent and rank pays."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.monotonic() - started
+
+
 def labkit_launch(script: Path, nnodes: int, nproc_per_node: int, timeout_s: float) -> float:
     result = launch_local(script, nnodes=nnodes, nproc_per_node=nproc_per_node,
                           timeout_s=timeout_s, echo=None, check=True)
@@ -56,13 +63,14 @@ def measure_launch(repeats: int = 5, nnodes: int = 2, nproc_per_node: int = 2,
     """Median seconds of the no-op job via labkit and via bare torchrun, interleaved."""
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    labkit_runs, bare_runs = [], []
+    labkit_runs, bare_runs, imports = [], [], []
     with tempfile.TemporaryDirectory(prefix="labkit-bench-") as folder:
         script = Path(folder) / "noop.py"
         script.write_text(NOOP_JOB)
         for _ in range(repeats):
             labkit_runs.append(labkit_launch(script, nnodes, nproc_per_node, timeout_s))
             bare_runs.append(bare_torchrun(script, nnodes, nproc_per_node, timeout_s))
+            imports.append(torch_import_seconds())
     labkit_s, bare_s = statistics.median(labkit_runs), statistics.median(bare_runs)
     return {
         "benchmark": "launch",
@@ -72,6 +80,7 @@ def measure_launch(repeats: int = 5, nnodes: int = 2, nproc_per_node: int = 2,
         "labkit_s": round(labkit_s, 3),
         "bare_torchrun_s": round(bare_s, 3),
         "overhead": round(labkit_s / bare_s - 1.0, 3),
+        "torch_import_s": round(statistics.median(imports), 3),
         "labkit_runs_s": [round(s, 3) for s in labkit_runs],
         "bare_torchrun_runs_s": [round(s, 3) for s in bare_runs],
     }
