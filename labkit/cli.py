@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from labkit.errors import LabkitError
-from labkit.magic import parse_env
+from labkit.launch import parse_env
 
 
 def _doctor(args: argparse.Namespace) -> int:

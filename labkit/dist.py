@@ -1,7 +1,7 @@
 """One device-agnostic process-group setup for every lesson.
 
 Run under torchrun (or labkit's launcher), a script calls ``info = setup()`` and gets the right
-backend for its device (nccl with CUDA, gloo otherwise), its device from LOCAL_RANK, and a
+backend for its device (nccl with CUDA, gloo otherwise), its GPU from LOCAL_RANK, and a
 collective timeout that is short in the lab: PyTorch's default is 10 minutes for NCCL and
 30 for gloo, far too long to wait for a hang in a workshop.
 """
@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 TIMEOUT_ENV = "LABKIT_COLLECTIVE_TIMEOUT"
+BACKEND_ENV = "LABKIT_BACKEND"  # force a backend: gloo or nccl
+SIMULATED_ENV = "LABKIT_SIMULATED_NODES"  # set by labkit's launcher: every rank on this host
 DEFAULT_TIMEOUT_S = 60.0
 """Lab default for collectives and rendezvous; override with LABKIT_COLLECTIVE_TIMEOUT."""
 
@@ -64,11 +66,26 @@ def rank_info(backend: str = "", device: str = "cpu") -> RankInfo:
     )
 
 
+def _simulated() -> bool:
+    return os.environ.get(SIMULATED_ENV) == "1"
+
+
+def gpu_index() -> int:
+    """The GPU this rank uses: LOCAL_RANK on a real node. Simulated nodes share one host, so
+    there every rank needs its own GPU: RANK (NCCL refuses two ranks on one GPU)."""
+    return _env_int("RANK" if _simulated() else "LOCAL_RANK", 0)
+
+
 def default_backend() -> str:
-    """nccl where CUDA GPUs are, gloo everywhere else (CPU laptops, CI)."""
+    """nccl where every rank on this host gets a CUDA GPU of its own, gloo everywhere else
+    (CPU laptops, CI, more simulated ranks than GPUs). $LABKIT_BACKEND overrides."""
+    forced = os.environ.get(BACKEND_ENV)
+    if forced:
+        return forced
     import torch
 
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    ranks_here = _env_int("WORLD_SIZE" if _simulated() else "LOCAL_WORLD_SIZE", 1)
+    return "nccl" if 0 < ranks_here <= torch.cuda.device_count() else "gloo"
 
 
 def collective_timeout(seconds: float | None = None) -> timedelta:
@@ -97,11 +114,10 @@ def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInf
             RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
             MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
         )
-    info = rank_info(backend)
     device = "cpu"
     if backend == "nccl":
-        torch.cuda.set_device(info.local_rank)
-        device = f"cuda:{info.local_rank}"
+        device = f"cuda:{gpu_index()}"
+        torch.cuda.set_device(device)
     if not dist.is_initialized():
         init_kwargs = {}
         if backend == "nccl":

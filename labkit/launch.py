@@ -12,6 +12,7 @@ over ssh, never one after another) or as a Slurm batch script.
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import shlex
@@ -27,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LaunchError
+from labkit.dist import SIMULATED_ENV
+from labkit.errors import LaunchError, ParameterError
 from labkit.ports import free_port
 from labkit.proctree import MARK_ENV, end_launch
-from labkit.publish import RUN_DIR_ENV, read_published
+from labkit.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
 
 RDZV_PORT = 29400  # torchrun's default c10d endpoint port on a real cluster
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
@@ -132,6 +134,17 @@ class LaunchConfig:
             raise LaunchError(f"script not found: {self.script}")
 
 
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` (the ``--env`` options) as a dict."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ParameterError(f"--env wants KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
 def torchrun_args(
     nnodes: int,
     nproc_per_node: int,
@@ -154,7 +167,8 @@ def torchrun_args(
 
 def local_node_command(cfg: LaunchConfig, node: int, port: int, run_id: str) -> list[str]:
     """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
-    join_timeout = int(cfg.join_timeout_s or min(cfg.timeout_s, 600))
+    wait = cfg.join_timeout_s if cfg.join_timeout_s is not None else min(cfg.timeout_s, 600)
+    join_timeout = max(1, math.ceil(wait))
     extra = [
         "--local-addr=127.0.0.1",
         f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}",
@@ -283,6 +297,9 @@ def launch_local(
         raise LaunchError(f"nodes_started must be between 1 and nnodes={nnodes}")
     own_dir = run_dir is None
     folder = Path(tempfile.mkdtemp(prefix="labkit-launch-") if own_dir else run_dir)
+    folder.mkdir(parents=True, exist_ok=True)  # ranks write published.json and failures/ here
+    (folder / PUBLISHED_FILE).unlink(missing_ok=True)  # a reused folder: no stale results
+    shutil.rmtree(folder / "failures", ignore_errors=True)
     try:
         port, run_id = free_port(), uuid.uuid4().hex[:12]
         commands = [local_node_command(cfg, node, port, run_id) for node in range(started_nodes)]
@@ -290,6 +307,7 @@ def launch_local(
             **os.environ,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",
+            SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.dist)
             **cfg.env,
             RUN_DIR_ENV: str(folder),
         }

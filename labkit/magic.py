@@ -22,7 +22,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from labkit.errors import ParameterError
-from labkit.launch import LaunchResult, launch_code
+from labkit.launch import LaunchResult, launch_code, parse_env
 
 last_launch: LaunchResult | None = None
 """The most recent ``%%torchrun`` launch (exit codes, seconds, output lines)."""
@@ -35,16 +35,6 @@ def cell_script(cell: str, shared: dict[str, object]) -> str:
         f"import json as _json; globals().update(_json.loads({json.dumps(json.dumps(shared))}))"
     )
     return f"{header}\n{cell}"
-
-
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ParameterError(f"--env wants KEY=VALUE, got {pair!r}")
-        env[key] = value
-    return env
 
 
 @magics_class

@@ -103,6 +103,8 @@ def main(argv: list[str]) -> int:
         code = exc.code
         if code not in (None, 0):
             record_failure(exc)
+            if not isinstance(code, int):
+                print(code, file=sys.stderr)  # what plain Python prints for sys.exit("...")
         return code if isinstance(code, int) else (0 if code is None else 1)
     except BaseException as exc:
         record_failure(exc)

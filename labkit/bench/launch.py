@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+from labkit.errors import ParameterError
 from labkit.launch import launch_local, torchrun_args
 from labkit.ports import free_port
 
@@ -62,7 +63,7 @@ def measure_launch(repeats: int = 5, nnodes: int = 2, nproc_per_node: int = 2,
                    timeout_s: float = 120.0) -> dict:
     """Median seconds of the no-op job via labkit and via bare torchrun, interleaved."""
     if repeats < 1:
-        raise ValueError("repeats must be >= 1")
+        raise ParameterError(f"repeats must be >= 1, got {repeats}")
     labkit_runs, bare_runs, imports = [], [], []
     with tempfile.TemporaryDirectory(prefix="labkit-bench-") as folder:
         script = Path(folder) / "noop.py"

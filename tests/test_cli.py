@@ -1,0 +1,139 @@
+"""The ``labkit`` command, run as ``python -m labkit`` in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def labkit(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labkit", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_lists_the_commands():
+    proc = labkit("--help")
+    assert proc.returncode == 0, proc.stderr
+    for command in ("doctor", "course", "launch", "bench"):
+        assert command in proc.stdout
+    proc = labkit("launch", "--help")
+    assert proc.returncode == 0 and "--nproc-per-node" in proc.stdout and "--slurm" in proc.stdout
+
+
+PUBLISHES = """\
+import os
+import sys
+
+from labkit import publish
+
+print("args", sys.argv[1:])
+publish({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
+         "args": sys.argv[1:]})
+"""
+
+
+def test_launch_prints_what_rank0_published(tmp_path, leftover_processes):
+    (tmp_path / "job.py").write_text(PUBLISHES)
+    mark = uuid.uuid4().hex
+    proc = labkit("launch", "--nnodes", "1", "--nproc-per-node", "2", "--timeout", "120",
+                  "--env", f"LABKIT_TEST_MARK={mark}", "job.py", "--flag", "a b", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert json.loads(lines[-1]) == {"rank": 0, "world": 2, "args": ["--flag", "a b"]}
+    for rank in (0, 1):
+        assert f"[node0 rank{rank}] args ['--flag', 'a b']" in lines
+    assert leftover_processes(mark, name="LABKIT_TEST_MARK") == []
+
+
+def test_launch_of_a_failing_script_exits_2_with_the_ranks_error(tmp_path):
+    (tmp_path / "bad.py").write_text(textwrap.dedent("""\
+        def main():
+            raise ValueError("cli boom")
+
+        main()
+    """))
+    proc = labkit("launch", "--nproc-per-node", "1", "--timeout", "120", "bad.py", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "labkit: error: rank 0 (node 0, restart 0) failed: ValueError: cli boom" in proc.stderr
+    assert 'bad.py", line 2, in main' in proc.stderr  # that rank's traceback
+    assert "Traceback" not in proc.stderr.split("labkit: error:")[0]  # no CLI traceback
+
+
+def test_launch_with_a_missing_script_is_a_clear_error(tmp_path):
+    proc = labkit("launch", "--nnodes", "2", "nowhere.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "labkit: error: script not found: nowhere.py"
+
+
+def test_launch_hosts_dry_run_prints_one_ssh_command_per_host(tmp_path):
+    proc = labkit("launch", "--hosts", "a,b", "--nproc-per-node", "2", "--workdir", "/srv/lab",
+                  "--dry-run", "train.py", "--x", "a b", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    commands = [shlex.split(line) for line in lines]
+    assert [c[:4] for c in commands] == [["ssh", "-o", "BatchMode=yes", "a"],
+                                         ["ssh", "-o", "BatchMode=yes", "b"]]
+    assert commands[0][4] == commands[1][4]
+    remote = shlex.split(commands[0][4])
+    assert remote[:4] == ["cd", "/srv/lab", "&&", "torchrun"]
+    assert "--rdzv-endpoint=a:29400" in remote and "--nnodes=2" in remote
+    assert remote[-3:] == ["train.py", "--x", "a b"]
+    assert list(tmp_path.iterdir()) == []  # a dry run starts and writes nothing
+
+
+def test_launch_slurm_writes_a_batch_script(tmp_path):
+    target = tmp_path / "job.sbatch"
+    proc = labkit("launch", "--slurm", str(target), "--nnodes", "3", "--nproc-per-node", "4",
+                  "--gpus-per-node", "4", "--env", "MSG=hello world", "train.py", "--lr", "0.1",
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"sbatch {target}" in proc.stdout
+    text = target.read_text()
+    subprocess.run(["bash", "-n", str(target)], check=True)
+    lines = text.splitlines()
+    assert "#SBATCH --nodes=3" in lines and "#SBATCH --gpus-per-node=4" in lines
+    assert "export MSG='hello world'" in lines
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    assert srun.startswith("srun torchrun ") and "--nproc-per-node=4" in srun
+    assert srun.endswith("train.py --lr 0.1")
+
+
+def test_bench_launch_json():
+    proc = labkit("bench", "launch", "--json", "--repeats", "1", "--nnodes", "1",
+                  "--nproc-per-node", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["benchmark"] == "launch" and report["repeats"] == 1
+    assert report["labkit_s"] > 0 and report["bare_torchrun_s"] > 0
+    assert report["torch_import_s"] > 0
+    assert report["labkit_runs_s"] == [report["labkit_s"]]
+    assert report["bare_torchrun_runs_s"] == [report["bare_torchrun_s"]]
+
+
+def test_course_run_unknown_id_lists_the_known_ones(tmp_path):
+    out = tmp_path / "out"
+    proc = labkit("course", "run", "--only", "99", "--out", str(out))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "labkit: error: unknown notebook '99'" in proc.stderr
+    assert re.search(r"known ids: 00, 01\b", proc.stderr), proc.stderr
+    assert not out.exists()  # refused before anything ran
+
+
+def test_doctor_json():
+    proc = labkit("doctor", "--json", timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: some check failed on this machine
+    checks = json.loads(proc.stdout)
+    assert isinstance(checks, list)
+    assert all(set(c) == {"name", "ok", "value", "detail"} for c in checks)
+    names = [c["name"] for c in checks]
+    assert {"python", "torch", "redis", "nats"} <= set(names)
+    assert proc.returncode == (0 if all(c["ok"] for c in checks) else 1)
