@@ -300,6 +300,8 @@ def launch_local(
     folder.mkdir(parents=True, exist_ok=True)  # ranks write published.json and failures/ here
     (folder / PUBLISHED_FILE).unlink(missing_ok=True)  # a reused folder: no stale results
     shutil.rmtree(folder / "failures", ignore_errors=True)
+    scratch = folder / "tmp"
+    scratch.mkdir(exist_ok=True)
     try:
         port, run_id = free_port(), uuid.uuid4().hex[:12]
         commands = [local_node_command(cfg, node, port, run_id) for node in range(started_nodes)]
@@ -310,6 +312,7 @@ def launch_local(
             SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.dist)
             **cfg.env,
             RUN_DIR_ENV: str(folder),
+            "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
         }
         started = time.monotonic()
         codes, output, timed_out = run_agents(
@@ -327,8 +330,7 @@ def launch_local(
             timeout_s=timeout_s,
         )
     finally:
-        if own_dir:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder if own_dir else scratch, ignore_errors=True)
     return result.check() if check else result
 
 

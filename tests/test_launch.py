@@ -126,6 +126,7 @@ def test_two_nodes_two_ranks_collectives_publish_and_prefixes(tmp_path, leftover
     assert all(line.startswith(("[node", "[torchrun0] ", "[torchrun1] "))
                for line in result.output), log
     assert leftover_processes(run_dir) == []
+    assert not (run_dir / "tmp").exists(), "torchrun's scratch folder is removed"
 
 
 RAISES = """\

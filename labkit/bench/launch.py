@@ -7,6 +7,7 @@ drifts on the machine hit both alike; we report medians.
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -37,7 +38,10 @@ def bare_torchrun(script: Path, nnodes: int, nproc_per_node: int, timeout_s: flo
         for _ in range(nnodes)
     ]
     started = time.monotonic()
-    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scratch = script.parent / "tmp"  # torchrun's log folders, removed with the bench folder
+    scratch.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
              for c in commands]
     codes = [p.wait(timeout=timeout_s) for p in procs]
     seconds = time.monotonic() - started
