@@ -92,39 +92,28 @@ def _cpus() -> list[Check]:
     return [Check("cpu cores", total > 0, value)]
 
 
-def _redis() -> list[Check]:
-    url = os.environ.get(services.REDIS_URL_ENV, "").strip()
+def _service(name: str, url_env: str, server: type, check: Callable) -> list[Check]:
+    """The service in ``$url_env`` if set, else an embedded one started for the check."""
+    url = os.environ.get(url_env, "").strip()
     if url:
-        status = services.check_redis(url)
-        detail = status.detail if status.ok else f"{status.detail}; fix $REDIS_URL or unset it"
-        return [Check("redis", status.ok, f"{status.version or '?'} at {status.url}", detail)]
+        status = check(url)
+        detail = status.detail if status.ok else f"{status.detail}; fix ${url_env} or unset it"
+        return [Check(name, status.ok, f"{status.version or '?'} at {status.url}", detail)]
     try:
-        with services.RedisServer() as server:
-            client = server.client(socket_timeout=2)
-            try:
-                client.ping()
-                version = client.info("server").get("redis_version", "?")
-            finally:
-                client.close()
-            return [Check("redis", True, f"{version} (embedded)", str(server.binary_path))]
+        with server() as running:
+            status = check(running.url)
     except LabkitError as exc:
-        return [Check("redis", False, "unavailable", str(exc))]
+        return [Check(name, False, "unavailable", str(exc))]
+    detail = str(running.binary_path) if status.ok else status.detail
+    return [Check(name, status.ok, f"{status.version or '?'} (embedded; {status.detail})", detail)]
+
+
+def _redis() -> list[Check]:
+    return _service("redis", services.REDIS_URL_ENV, services.RedisServer, services.check_redis)
 
 
 def _nats() -> list[Check]:
-    url = os.environ.get(services.NATS_URL_ENV, "").strip()
-    if url:
-        status = services.check_nats(url)
-        detail = status.detail if status.ok else f"{status.detail}; fix $NATS_URL or unset it"
-        return [Check("nats", status.ok, f"{status.version or '?'} at {status.url}", detail)]
-    try:
-        with services.NatsServer() as server:
-            status = services.check_nats(server.url)
-            value = f"{status.version or '?'} (embedded, {status.detail.split(', ')[-1]})"
-            detail = str(server.binary_path) if status.ok else status.detail
-            return [Check("nats", status.ok, value, detail)]
-    except LabkitError as exc:
-        return [Check("nats", False, "unavailable", str(exc))]
+    return _service("nats", services.NATS_URL_ENV, services.NatsServer, services.check_nats)
 
 
 _SECTIONS: list[tuple[str, Callable[[], list[Check]]]] = [
