@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from labkit.dist import SIMULATED_ENV
 from labkit.errors import LaunchError, ParameterError
@@ -165,17 +165,41 @@ def torchrun_args(
     ]
 
 
-def local_node_command(cfg: LaunchConfig, node: int, port: int, run_id: str) -> list[str]:
+class NodeNetwork(Protocol):
+    """Where simulated nodes live: each node's address, and the command prefix that puts its
+    agent there (``labkit.netlab`` gives each node a network namespace and a veth link)."""
+
+    def address(self, node: int) -> str: ...
+
+    def command_prefix(self, node: int) -> list[str]: ...
+
+
+class Loopback:
+    """The default: every simulated node on 127.0.0.1 of this host."""
+
+    def address(self, node: int) -> str:
+        return "127.0.0.1"
+
+    def command_prefix(self, node: int) -> list[str]:
+        return []
+
+
+LOOPBACK = Loopback()
+
+
+def local_node_command(
+    cfg: LaunchConfig, node: int, port: int, run_id: str, network: NodeNetwork = LOOPBACK
+) -> list[str]:
     """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
     wait = cfg.join_timeout_s if cfg.join_timeout_s is not None else min(cfg.timeout_s, 600)
     join_timeout = max(1, math.ceil(wait))
     extra = [
-        "--local-addr=127.0.0.1",
+        f"--local-addr={network.address(node)}",
         f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}",
     ]
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        *torchrun_args(cfg.nnodes, cfg.nproc_per_node, f"127.0.0.1:{port}", run_id,
+        *network.command_prefix(node), sys.executable, "-m", "torch.distributed.run",
+        *torchrun_args(cfg.nnodes, cfg.nproc_per_node, f"{network.address(0)}:{port}", run_id,
                        cfg.max_restarts, extra),
         "-m", "labkit.worker", str(cfg.script), *map(str, cfg.args),
     ]
@@ -280,6 +304,7 @@ def launch_local(
     check: bool = False,
     join_timeout_s: float | None = None,
     nodes_started: int | None = None,
+    network: NodeNetwork | None = None,
 ) -> LaunchResult:
     """Run ``script`` on ``nnodes`` simulated nodes x ``nproc_per_node`` ranks on this machine.
 
@@ -288,6 +313,7 @@ def launch_local(
     raises (:class:`RankFailedError` carries the failing rank's traceback).
     ``nodes_started=k`` starts only the first k agents of the job: what a node that never
     shows up does to the others (they wait ``join_timeout_s`` for it, then fail).
+    ``network`` places the nodes (default: all on 127.0.0.1; see ``labkit.netlab``).
     """
     cfg = LaunchConfig(str(script), args, nnodes, nproc_per_node, max_restarts, timeout_s,
                        dict(env or {}), join_timeout_s)
@@ -304,7 +330,9 @@ def launch_local(
     scratch.mkdir(exist_ok=True)
     try:
         port, run_id = free_port(), uuid.uuid4().hex[:12]
-        commands = [local_node_command(cfg, node, port, run_id) for node in range(started_nodes)]
+        network = network or LOOPBACK
+        commands = [local_node_command(cfg, node, port, run_id, network)
+                    for node in range(started_nodes)]
         agent_env = {
             **os.environ,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
