@@ -31,6 +31,7 @@ from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
 from labkit.errors import ParameterError
+from labkit.results import RESULTS_ENV
 
 SMOKE_FILE = "smoke.yml"
 """The smoke sizes, next to the notebooks: notebook stem -> {parameter: value}."""
@@ -257,7 +258,8 @@ def run_course(
     exporter = HTMLExporter()
     width = max(len(p.stem) for p, _ in plan)
     clock = time.perf_counter()
-    with _kernel(kernel_name) as kernel, _environ(LABKIT_SMOKE="1" if smoke else None):
+    env = _environ(LABKIT_SMOKE="1" if smoke else None, **{RESULTS_ENV: str(run_dir)})
+    with _kernel(kernel_name) as kernel, env:
         for i, (notebook, params) in enumerate(plan, 1):
             result = _run_notebook(notebook, params, run_dir, kernel, cell_timeout, progress)
             result.html = _export_html(exporter, run_dir, result.output)

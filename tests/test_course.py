@@ -39,6 +39,7 @@ def make_course(tmp_path: Path) -> Path:
         "n = 3\nlabel = 'workshop'",
         "import json, os, sys\n"
         "got = {'n': n, 'label': label, 'smoke': os.environ.get('LABKIT_SMOKE'),\n"
+        "       'results': os.environ.get('LABKIT_RESULTS_DIR'),\n"
         "       'python': sys.executable, 'cwd': os.getcwd()}\n"
         "json.dump(got, open('report.json', 'w'))\n"
         "print(n * 2)",
@@ -148,6 +149,7 @@ def test_smoke_and_override_parameters_reach_the_kernel(tmp_path, monkeypatch):
     assert [r.notebook for r in result.results] == ["01_report"]
     got = json.loads((nbdir / "report.json").read_text())
     assert (got["n"], got["label"], got["smoke"]) == (7, "smoke", "1")
+    assert got["results"] == str(out)  # labkit.results writes into the run folder
     assert got["python"] == sys.executable
     assert "LABKIT_SMOKE" not in os.environ  # restored
     assert not (tmp_path / "repo" / "runs").exists()  # `out` is the run folder, no runs/latest
