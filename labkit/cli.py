@@ -6,6 +6,7 @@
     labkit launch --hosts 10.0.0.1,10.0.0.2 --nproc-per-node 8 --dry-run train.py
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
     labkit bench launch --json
+    labkit bench collectives --op all_reduce --nproc 4 --min 1K --max 64M --json
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from labkit.bench import collectives
 from labkit.errors import LabkitError
 from labkit.launch import parse_env
 
@@ -130,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_launch.add_argument("--nproc-per-node", type=int, default=2)
     bench_launch.add_argument("--json", action="store_true")
     bench_launch.set_defaults(func=_bench_launch)
+    bench_collectives = bench.add_parser(
+        "collectives", help="nccl-tests on any backend: time, algbw, busbw, #wrong")
+    collectives.add_arguments(bench_collectives)
+    bench_collectives.set_defaults(func=collectives.run)
     return parser
 
 
