@@ -5,6 +5,7 @@
     labkit launch --nnodes 2 --nproc-per-node 2 script.py [args...]
     labkit launch --hosts 10.0.0.1,10.0.0.2 --nproc-per-node 8 --dry-run train.py
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
+    labkit nccl check [--env-file FILE] [--json] [--fix]
     labkit bench launch --json
     labkit bench collectives --op all_reduce --nproc 4 --min 1K --max 64M --json
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from labkit.bench import collectives
 from labkit.errors import LabkitError
 from labkit.launch import parse_env
+from labkit.nccl.cli import add_check_arguments, run_check
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -123,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("script")
     launch.add_argument("args", nargs=argparse.REMAINDER)
     launch.set_defaults(func=_launch)
+
+    nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
+        dest="nccl_command", required=True)
+    nccl_check = nccl.add_parser(
+        "check", help="check NCCL/torch/gloo variables (this environment or --env-file)")
+    add_check_arguments(nccl_check)
+    nccl_check.set_defaults(func=run_check)
 
     bench = commands.add_parser("bench", help="measurements, printed as JSON").add_subparsers(
         dest="bench_command", required=True)

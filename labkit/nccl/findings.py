@@ -1,0 +1,46 @@
+"""What the checker reports: ``Finding`` (to show) and ``Edit`` (how ``render_exports`` fixes
+it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A rewrite of one ``export`` line: drop it, comment it out, set a new value, or rename it."""
+
+    action: Literal["drop", "comment", "set", "rename"]
+    value: str = ""  # the new value (set) or the new name (rename)
+    reason: str = ""  # short, goes into the comment next to the line
+
+
+@dataclass
+class Finding:
+    """One thing the checker noticed about one variable, with the fix in words."""
+
+    severity: Severity
+    variable: str
+    message: str
+    fix: str
+    edit: Edit | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity, "variable": self.variable, "message": self.message,
+                "fix": self.fix}
+
+
+def error(variable: str, message: str, fix: str, edit: Edit | None = None) -> Finding:
+    return Finding("error", variable, message, fix, edit)
+
+
+def warning(variable: str, message: str, fix: str, edit: Edit | None = None) -> Finding:
+    return Finding("warning", variable, message, fix, edit)
+
+
+def info(variable: str, message: str, fix: str = "", edit: Edit | None = None) -> Finding:
+    return Finding("info", variable, message, fix, edit)
