@@ -46,11 +46,11 @@ def _course_run(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from labkit import launch
+    from labkit import cluster, launch
 
     env = parse_env(args.env)
     if args.slurm:
-        text = launch.slurm_script(
+        text = cluster.slurm_script(
             args.nnodes, args.nproc_per_node, args.script, args.args,
             max_restarts=args.max_restarts, env=env, gpus_per_node=args.gpus_per_node,
         )
@@ -61,11 +61,11 @@ def _launch(args: argparse.Namespace) -> int:
         hosts = [h for h in args.hosts.split(",") if h]
         options = dict(workdir=args.workdir, max_restarts=args.max_restarts, env=env)
         if args.dry_run:
-            for command in launch.ssh_commands(hosts, args.nproc_per_node, args.script,
+            for command in cluster.ssh_commands(hosts, args.nproc_per_node, args.script,
                                                args.args, **options):
                 print(shlex.join(command))
             return 0
-        result = launch.launch_hosts(hosts, args.nproc_per_node, args.script, args.args,
+        result = cluster.launch_hosts(hosts, args.nproc_per_node, args.script, args.args,
                                      timeout_s=args.timeout, **options)
     else:
         result = launch.launch_local(

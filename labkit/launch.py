@@ -5,8 +5,8 @@ the agents meet through c10d rendezvous on 127.0.0.1: the same protocol real nod
 c10d the rendezvous assigns node ranks (torchrun's GROUP_RANK) by sorting the agents by address
 and pid; ``--node-rank`` only matters for the static backend, so labkit does not pass it.
 
-For a real cluster the same job is written as one torchrun command per host (run in parallel
-over ssh, never one after another) or as a Slurm batch script.
+For a real cluster, ``labkit.cluster`` writes the same job as one torchrun command per host
+(run in parallel over ssh) or as a Slurm batch script.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import math
 import os
 import queue
-import shlex
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,6 @@ from labkit.ports import free_port
 from labkit.proctree import MARK_ENV, end_launch
 from labkit.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
 
-RDZV_PORT = 29400  # torchrun's default c10d endpoint port on a real cluster
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
 
 Echo = Callable[[str], None]
@@ -369,122 +367,3 @@ def launch_code(code: str, **options: Any) -> LaunchResult:
         script = Path(run_dir) / "cell.py"
         script.write_text(code)
         return launch_local(script, run_dir=run_dir, **options)
-
-
-# --- real clusters -------------------------------------------------------------------------
-
-
-def _env_prefix(env: dict[str, str] | None) -> list[str]:
-    return ["env", *(f"{k}={v}" for k, v in sorted((env or {}).items()))] if env else []
-
-
-def host_torchrun_command(
-    hosts: Sequence[str],
-    nproc_per_node: int,
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    run_id: str,
-    rdzv_port: int = RDZV_PORT,
-    max_restarts: int = 0,
-    env: dict[str, str] | None = None,
-    torchrun: str = "torchrun",
-) -> list[str]:
-    """The torchrun command every host runs: identical on all of them (c10d needs no rank)."""
-    return [
-        *_env_prefix(env), torchrun,
-        *torchrun_args(len(hosts), nproc_per_node, f"{hosts[0]}:{rdzv_port}", run_id,
-                       max_restarts),
-        script, *args,
-    ]
-
-
-def ssh_commands(
-    hosts: Sequence[str],
-    nproc_per_node: int,
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    run_id: str | None = None,
-    workdir: str | None = None,
-    rdzv_port: int = RDZV_PORT,
-    max_restarts: int = 0,
-    env: dict[str, str] | None = None,
-    torchrun: str = "torchrun",
-) -> list[list[str]]:
-    """One ``ssh HOST '<torchrun ...>'`` command per host, to be started in parallel.
-
-    The first host serves the c10d rendezvous on ``rdzv_port``. Use addresses the hosts can
-    reach each other by; ``workdir`` is where the script lives on every host.
-    """
-    if not hosts:
-        raise LaunchError("--hosts needs at least one host")
-    run_id = run_id or uuid.uuid4().hex[:12]
-    remote = shlex.join(host_torchrun_command(
-        hosts, nproc_per_node, script, args, run_id=run_id, rdzv_port=rdzv_port,
-        max_restarts=max_restarts, env=env, torchrun=torchrun,
-    ))
-    if workdir:
-        remote = f"cd {shlex.quote(workdir)} && {remote}"
-    return [["ssh", "-o", "BatchMode=yes", host, remote] for host in hosts]
-
-
-def launch_hosts(
-    hosts: Sequence[str],
-    nproc_per_node: int,
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    timeout_s: float = 3600.0,
-    echo: Echo | None = print,
-    **options: Any,
-) -> LaunchResult:
-    """Run the job on real hosts over ssh, all nodes at once, output prefixed by host."""
-    commands = ssh_commands(hosts, nproc_per_node, script, args, **options)
-    started = time.monotonic()
-    codes, output, timed_out = run_agents(commands, list(hosts), dict(os.environ), timeout_s,
-                                          echo)
-    return LaunchResult(
-        returncode=0 if all(c == 0 for c in codes) else 1, node_returncodes=codes,
-        seconds=time.monotonic() - started, timed_out=timed_out, output=output, failures=[],
-        published=None, commands=commands, timeout_s=timeout_s,
-    )
-
-
-def slurm_script(
-    nnodes: int,
-    nproc_per_node: int,
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    job_name: str = "labkit",
-    time_limit: str = "01:00:00",
-    partition: str | None = None,
-    gpus_per_node: int | None = None,
-    rdzv_port: int = RDZV_PORT,
-    max_restarts: int = 0,
-    env: dict[str, str] | None = None,
-) -> str:
-    """An sbatch script: one torchrun per node (``srun --ntasks-per-node=1``), c10d on the
-    first node of the allocation, the Slurm job id as the rendezvous id."""
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --time={time_limit}",
-    ]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    if gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
-    lines += ["", "set -euo pipefail",
-              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)']
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
-    torchrun = " ".join([
-        "torchrun", '--nnodes="$SLURM_NNODES"', f"--nproc-per-node={nproc_per_node}",
-        "--rdzv-backend=c10d", f'--rdzv-endpoint="$head_node:{rdzv_port}"',
-        '--rdzv-id="$SLURM_JOB_ID"', f"--max-restarts={max_restarts}", shlex.join([script, *args]),
-    ])
-    lines += ["", f"srun {torchrun}", ""]
-    return "\n".join(lines)

@@ -23,15 +23,13 @@ from pathlib import Path
 import pytest
 
 from labkit import launch
+from labkit.cluster import launch_hosts, slurm_script, ssh_commands
 from labkit.errors import LabkitError, LaunchError
 from labkit.launch import (
     LaunchTimeoutError,
     RankFailedError,
     launch_code,
-    launch_hosts,
     launch_local,
-    slurm_script,
-    ssh_commands,
 )
 from labkit.ports import free_port
 from labkit.worker import PrefixedLines
