@@ -116,12 +116,23 @@ def _nats() -> list[Check]:
     return _service("nats", services.NATS_URL_ENV, services.NatsServer, services.check_nats)
 
 
+def _netlab() -> list[Check]:
+    """Whether simulated nodes can get network namespaces here (optional: loopback otherwise)."""
+    from labkit import netlab
+
+    ok, why = netlab.available()
+    value = "available" if ok else "unavailable"
+    detail = "namespaces, veth, tc tbf" if ok else f"{why}; lessons fall back to loopback"
+    return [Check("network lab", True, value, detail)]
+
+
 _SECTIONS: list[tuple[str, Callable[[], list[Check]]]] = [
     ("python", _python),
     ("torch", _torch),
     ("cpu cores", _cpus),
     ("redis", _redis),
     ("nats", _nats),
+    ("network lab", _netlab),
 ]
 
 
