@@ -1,0 +1,150 @@
+"""One interface for every experience buffer, so a notebook swaps implementations with one argument.
+
+Agents ``push`` experiences, the learner ``pull``s them and ``ack``s what it has used. The buffers
+differ in round trips, what survives serialization and the delivery guarantee:
+
+- ``guide``: the guide's ``SharedExperienceBuffer``, reproduced with its bugs (the baseline);
+- ``list``: Redis lists, batched, typed frames, at-most-once;
+- ``stream``: Redis Streams with a consumer group, at-least-once, de-duplicated;
+- ``nats``: JetStream (coming with the NATS buffer).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from labkit.errors import LabkitError
+
+if TYPE_CHECKING:
+    import redis
+    from redis.cluster import RedisCluster
+
+    from labkit.buffers.frame import Experience
+
+    RedisLike = redis.Redis | RedisCluster
+
+KINDS = ("guide", "list", "stream", "nats")
+
+
+class BufferNotAvailable(LabkitError, NotImplementedError):
+    """A buffer kind that labkit names but does not implement yet."""
+
+
+@dataclass
+class BufferStats:
+    """What a buffer counted since it was opened (this client's view, not the server's)."""
+
+    pushed: int = 0
+    """Experiences this client handed to Redis."""
+    pulled: int = 0
+    """Experiences returned to the learner by ``pull``."""
+    dropped: int = 0
+    """Experiences removed by capacity trimming (the oldest go first)."""
+    malformed: int = 0
+    """Entries read back that were not valid frames: counted and skipped, never raised."""
+    duplicates: int = 0
+    """Entries whose (agent_id, seq) the learner already got: acked, not returned again."""
+    redelivered: int = 0
+    """Experiences returned after being reclaimed from a consumer that never acked them."""
+
+
+class ExperienceBuffer(ABC):
+    """Agents push experiences, the learner pulls them; the subclasses are interchangeable."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self._stats = BufferStats()
+
+    @abstractmethod
+    def push(self, experiences: Sequence[Experience]) -> int:
+        """Sends ``experiences``; returns how many were accepted."""
+
+    @abstractmethod
+    def pull(self, max_count: int) -> list[Experience]:
+        """What the learner consumes next: at most ``max_count``, maybe fewer (or none)."""
+
+    def ack(self, experiences: Sequence[Experience]) -> None:
+        """Marks pulled experiences as done. A no-op where delivery is at-most-once."""
+        return None
+
+    def stats(self) -> BufferStats:
+        """A snapshot of the counters."""
+        return replace(self._stats)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Releases the connection (when the buffer opened it). Safe to call twice."""
+
+    def __enter__(self) -> ExperienceBuffer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def connect(target: str | RedisLike) -> tuple[RedisLike, bool]:
+    """A client for ``target`` (a URL, or a ``redis.Redis`` / ``RedisCluster`` used as is) and
+    whether the buffer owns it (opened it here, so closes it)."""
+    if isinstance(target, str):
+        import redis
+
+        return redis.Redis.from_url(target), True
+    return target, False
+
+
+def check_count(max_count: int) -> None:
+    """Rejects a negative ``max_count`` with a clear message (0 is allowed: pulls nothing)."""
+    if max_count < 0:
+        raise LabkitError(f"max_count must be >= 0, got {max_count}")
+
+
+def open_buffer(
+    kind: str,
+    url: str | RedisLike,
+    *,
+    agent_id: int,
+    agents: list[int] | None = None,
+    capacity: int | None = None,
+    group: str = "learners",
+    consumer: str = "c0",
+    namespace: str = "lab",
+) -> ExperienceBuffer:
+    """The buffer of ``kind`` ("guide", "list", "stream", "nats") on the Redis at ``url``.
+
+    ``agent_id`` is where this process pushes; ``agents`` are the agents a learner pulls from
+    (default: just ``agent_id``). ``capacity`` bounds each agent's backlog (None: unbounded).
+    ``group``/``consumer`` name the stream consumer; ``namespace`` prefixes the keys.
+
+    "guide" ignores ``capacity``, ``group``, ``consumer`` and ``namespace`` (the guide has none):
+    it gets ``cluster_size = max(agents) + 1`` and ``rank = agent_id``, the case where rank and
+    agent id agree.
+    """
+    members = list(agents) if agents is not None else [agent_id]
+    common: dict[str, Any] = {"agent_id": agent_id}
+    if kind == "guide":
+        from labkit.buffers.guide import GuideBuffer
+
+        size = max([*members, agent_id]) + 1
+        return GuideBuffer(url, cluster_size=size, rank=agent_id, **common)
+    if kind == "list":
+        from labkit.buffers.redis_list import ListBuffer
+
+        return ListBuffer(url, agents=members, capacity=capacity, namespace=namespace, **common)
+    if kind == "stream":
+        from labkit.buffers.redis_stream import StreamBuffer
+
+        return StreamBuffer(url, agents=members, capacity=capacity, group=group,
+                            consumer=consumer, namespace=namespace, **common)  # fmt: skip
+    if kind == "nats":
+        raise BufferNotAvailable(
+            "the 'nats' buffer is coming with the NATS buffer (JetStream); "
+            "use kind='list' or kind='stream' for now"
+        )
+    raise LabkitError(f"unknown buffer kind {kind!r}: choose one of {', '.join(KINDS)}")
+
+
+__all__ = ["KINDS", "BufferNotAvailable", "BufferStats", "ExperienceBuffer", "open_buffer"]

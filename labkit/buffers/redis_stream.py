@@ -1,0 +1,317 @@
+"""Redis Streams with a consumer group: at-least-once delivery, de-duplicated by (agent, seq).
+
+- One stream per agent, ``lab:xs:{7}`` (Cluster hash tag: one shard per agent). ``push`` sends a
+  batch of ``XADD key MAXLEN ~ capacity * f <frame>`` in one ``MULTI`` with ``XLEN`` before and
+  after, so ``dropped = len_before + added - len_after`` is exactly what trimming removed.
+  ``~`` trims whole stream nodes only (cheap), so a stream may hold somewhat more than
+  ``capacity`` entries; the count stays exact.
+- The learner reads with ``XREADGROUP GROUP group consumer COUNT n STREAMS key >``, one command
+  per stream (single-key, so it also runs on ``RedisCluster``), all in one pipeline. The group
+  is created at id 0 with ``MKSTREAM`` on first use (``BUSYGROUP`` ignored), so it also sees what
+  agents pushed before the learner started.
+- At-least-once: an entry stays pending until ``ack()`` (``XACK``). When a learner dies, its
+  pending entries are taken over by another consumer with ``reclaim(min_idle_ms)``
+  (``XAUTOCLAIM``) and returned by the following pulls (``redelivered``).
+- De-duplication: a learner never returns the same (agent_id, seq) twice. A repeat (a producer
+  that retried a push, a reclaimed entry already seen) is counted in ``duplicates``, acked and
+  skipped. Malformed entries are counted, acked (else they would come back forever) and skipped.
+  Nothing read from Redis is ever unpickled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from labkit.buffers.base import ExperienceBuffer, check_count, connect
+from labkit.buffers.frame import Experience, FrameStats, encode
+from labkit.buffers.redis_list import check_capacity, fair_shares
+from labkit.errors import LabkitError
+
+if TYPE_CHECKING:
+    from labkit.buffers.base import RedisLike
+
+FIELD = "f"
+_CLAIM_BATCH = 100
+Entry = tuple[str, bytes, Any]  # (stream key, entry id, fields)
+
+
+def stream_key(namespace: str, agent_id: int) -> str:
+    """``lab:xs:{7}``: the ``{7}`` hash tag puts one agent's stream on one cluster shard."""
+    return f"{namespace}:xs:{{{agent_id}}}"
+
+
+class SeenSeqs:
+    """Which (agent, seq) pairs a learner already returned, in bounded memory.
+
+    Per agent: every seq below ``floor`` counts as seen, plus a set of seen seqs above it. Seqs
+    count up from 0, so in steady state the set holds only the few that arrived out of order.
+    When the set outgrows ``limit`` (a long gap), the floor jumps to its smallest member:
+    the gap's seqs then count as seen, and arrive too late to be used anyway.
+    """
+
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._floor: dict[int, int] = {}
+        self._above: dict[int, set[int]] = {}
+
+    def add(self, agent_id: int, seq: int) -> bool:
+        """Records (agent_id, seq); True when it is new."""
+        floor = self._floor.get(agent_id, 0)
+        above = self._above.setdefault(agent_id, set())
+        if seq < floor or seq in above:
+            return False
+        above.add(seq)
+        if len(above) > self.limit:
+            floor = min(above)
+        while floor in above:
+            above.remove(floor)
+            floor += 1
+        self._floor[agent_id] = floor
+        return True
+
+
+def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
+    """The (id, fields) pairs of a one-stream XREADGROUP reply (RESP2 list or RESP3 dict)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return [entry for batches in reply.values() for batch in batches for entry in batch]
+    return [entry for _, entries in reply for entry in entries]
+
+
+class StreamBuffer(ExperienceBuffer):
+    """Pushes to ``{namespace}:xs:{{agent_id}}``; reads the streams of ``agents`` as
+    ``consumer`` of ``group``."""
+
+    name = "stream"
+
+    def __init__(
+        self,
+        url: str | RedisLike,
+        *,
+        agent_id: int,
+        agents: Sequence[int] | None = None,
+        capacity: int | None = None,
+        group: str = "learners",
+        consumer: str = "c0",
+        namespace: str = "lab",
+        seen_limit: int = 65536,
+    ) -> None:
+        super().__init__()
+        check_capacity(capacity)
+        self.redis, self._owned = connect(url)
+        self.agent_id = agent_id
+        self.agents = list(agents) if agents is not None else [agent_id]
+        self.capacity = capacity
+        self.group = group
+        self.consumer = consumer
+        self.namespace = namespace
+        self.frames = FrameStats()
+        self.seen = SeenSeqs(seen_limit)
+        self._inflight: dict[tuple[int, int], tuple[str, bytes]] = {}  # returned, not acked
+        self._reclaimed: deque[Entry] = deque()  # claimed by reclaim(), not yet returned
+        self._held: set[tuple[str, bytes]] = set()  # entries in either of the two above
+        self._groups_ready = False
+        self._turn = 0
+
+    def key(self, agent_id: int) -> str:
+        return stream_key(self.namespace, agent_id)
+
+    # Producer side.
+    def push(self, experiences: Sequence[Experience]) -> int:
+        """One MULTI: XLEN, an XADD per experience (MAXLEN ~ capacity), XLEN: one round trip."""
+        if not experiences:
+            return 0
+        key = self.key(self.agent_id)
+        bounded = self.capacity is not None
+        pipe = self.redis.pipeline(transaction=True)  # one key: a MULTI works on a cluster too
+        if bounded:
+            pipe.xlen(key)
+        for exp in experiences:
+            pipe.xadd(key, {FIELD: encode(exp)}, maxlen=self.capacity, approximate=True)
+        if bounded:
+            pipe.xlen(key)
+        replies = pipe.execute()
+        if bounded:
+            before, after = int(replies[0]), int(replies[-1])
+            self._stats.dropped += max(0, before + len(experiences) - after)
+        self._stats.pushed += len(experiences)
+        return len(experiences)
+
+    # Learner side.
+    def pull(self, max_count: int) -> list[Experience]:
+        """Reclaimed entries first, then new ones: a fair share of ``max_count`` per stream."""
+        check_count(max_count)
+        out: list[Experience] = []
+        done: list[tuple[str, bytes]] = []  # malformed or duplicate: ack right away
+        while self._reclaimed and len(out) < max_count:
+            key, entry_id, fields = self._reclaimed.popleft()
+            self._held.discard((key, entry_id))
+            exp = self._accept(key, entry_id, fields, done)
+            if exp is not None:
+                out.append(exp)
+                self._stats.redelivered += 1
+        if self.agents and len(out) < max_count:
+            self._read_new(max_count, out, done)
+        self._xack(done)
+        self._stats.pulled += len(out)
+        return out
+
+    def _read_new(self, max_count: int, out: list[Experience], done: list) -> None:
+        self._ensure_groups()
+        start = self._turn % len(self.agents)
+        self._turn += 1
+        candidates = self.agents[start:] + self.agents[:start]
+        regroup = missing = False  # groups are recreated at most once per pull
+        error: Exception | None = None
+        while candidates and len(out) < max_count:
+            shares = fair_shares(max_count - len(out), len(candidates))
+            asked = [(agent, n) for agent, n in zip(candidates, shares, strict=True) if n > 0]
+            pipe = self.redis.pipeline(transaction=False)
+            for agent, n in asked:
+                pipe.xreadgroup(self.group, self.consumer, {self.key(agent): ">"}, count=n)
+            replies = pipe.execute(raise_on_error=False)
+            unasked = [agent for agent, n in zip(candidates, shares, strict=True) if n == 0]
+            full = []  # gave all they were asked: maybe more left
+            for (agent, n), reply in zip(asked, replies, strict=True):
+                if isinstance(reply, ResponseError) and "NOGROUP" in str(reply) and not regroup:
+                    missing = True  # the stream was deleted since: recreate its group, retry
+                    full.append(agent)
+                    continue
+                if isinstance(reply, Exception):
+                    error = error or reply
+                    continue
+                entries = _stream_entries(reply)
+                for entry_id, fields in entries:
+                    exp = self._accept(self.key(agent), entry_id, fields, done)
+                    if exp is not None:
+                        out.append(exp)
+                if len(entries) == n:
+                    full.append(agent)
+            if error is not None:
+                raise error  # after keeping what the other streams delivered
+            if missing:
+                self._groups_ready, regroup, missing = False, True, False
+                self._ensure_groups()
+            candidates = unasked + full
+
+    def _accept(self, key: str, entry_id: bytes, fields: Any, done: list) -> Experience | None:
+        """The entry's experience if it is valid and new; else counts it and queues its ack."""
+        raw = fields.get(FIELD.encode(), fields.get(FIELD)) if isinstance(fields, dict) else None
+        exp = self.frames.decode(raw) if isinstance(raw, bytes) else None
+        if exp is None:
+            self._stats.malformed += 1
+            done.append((key, entry_id))
+            return None
+        if not self.seen.add(exp.agent_id, exp.seq):
+            self._stats.duplicates += 1
+            done.append((key, entry_id))
+            return None
+        self._inflight[(exp.agent_id, exp.seq)] = (key, entry_id)
+        self._held.add((key, entry_id))
+        return exp
+
+    def ack(self, experiences: Sequence[Experience]) -> None:
+        """XACKs the entries these experiences came from (unknown ones are ignored)."""
+        done = []
+        for exp in experiences:
+            where = self._inflight.pop((exp.agent_id, exp.seq), None)
+            if where is not None:
+                self._held.discard(where)
+                done.append(where)
+        self._xack(done)
+
+    def reclaim(self, min_idle_ms: int) -> int:
+        """Takes over entries pending longer than ``min_idle_ms`` (a consumer died before acking)
+        with XAUTOCLAIM; the next pulls return them. Returns how many were claimed.
+
+        Entries this buffer already holds are left alone. Entries trimmed away before anyone
+        acked them are gone (counted in ``dropped`` by their producer): they are acked here so
+        they leave the pending list."""
+        if min_idle_ms < 0:
+            raise LabkitError(f"min_idle_ms must be >= 0, got {min_idle_ms}")
+        self._ensure_groups()
+        claimed = 0
+        for agent in self.agents:
+            key = self.key(agent)
+            cursor: Any = "0-0"
+            deleted = False
+            while True:
+                reply = self.redis.xautoclaim(key, self.group, self.consumer, min_idle_ms,
+                                              start_id=cursor, count=_CLAIM_BATCH)  # fmt: skip
+                cursor, entries = reply[0], reply[1]
+                for entry_id, fields in entries:
+                    if entry_id is None or fields is None:  # Redis 6.2: a trimmed entry
+                        deleted = True
+                    elif (key, entry_id) not in self._held:
+                        self._reclaimed.append((key, entry_id, fields))
+                        self._held.add((key, entry_id))
+                        claimed += 1
+                if cursor in (b"0-0", "0-0"):
+                    break
+            if deleted:
+                self._ack_deleted(key)
+        return claimed
+
+    def _ack_deleted(self, key: str) -> None:
+        """XACKs this consumer's pending entries that no longer exist in the stream.
+
+        Redis 6.2's XAUTOCLAIM returns a trimmed entry as nil, without its id, and leaves it
+        pending (Redis 7 drops it from the pending list itself): find them with XPENDING."""
+        start = "-"
+        while True:
+            page = self.redis.xpending_range(key, self.group, min=start, max="+",
+                                             count=_CLAIM_BATCH, consumername=self.consumer)  # fmt: skip
+            ids = [p["message_id"] for p in page if (key, p["message_id"]) not in self._held]
+            pipe = self.redis.pipeline(transaction=False)
+            for entry_id in ids:
+                pipe.xrange(key, entry_id, entry_id, count=1)
+            found = pipe.execute() if ids else []
+            self._xack((key, i) for i, hit in zip(ids, found, strict=True) if not hit)
+            if len(page) < _CLAIM_BATCH:
+                return
+            last = page[-1]["message_id"]
+            start = "(" + (last.decode() if isinstance(last, bytes) else last)
+
+    def pending(self) -> int:
+        """How many entries of this group are delivered but not acked (all consumers)."""
+        self._ensure_groups()
+        pipe = self.redis.pipeline(transaction=False)
+        for agent in self.agents:
+            pipe.xpending(self.key(agent), self.group)
+        return sum(int(info["pending"]) for info in pipe.execute())
+
+    def _ensure_groups(self) -> None:
+        """XGROUP CREATE ... 0 MKSTREAM for every stream read, once; BUSYGROUP is fine."""
+        if self._groups_ready:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for agent in self.agents:
+            pipe.xgroup_create(self.key(agent), self.group, id="0", mkstream=True)
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+        self._groups_ready = True
+
+    def _xack(self, entries: Iterable[tuple[str, bytes]]) -> None:
+        by_key: dict[str, list[bytes]] = {}
+        for key, entry_id in entries:
+            by_key.setdefault(key, []).append(entry_id)
+        if not by_key:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for key, ids in by_key.items():
+            pipe.xack(key, self.group, *ids)
+        pipe.execute()
+
+    def close(self) -> None:
+        """Closes the connection; entries pulled and not acked stay pending for ``reclaim``."""
+        if self._owned:
+            self.redis.close()
+
+
+__all__ = ["FIELD", "SeenSeqs", "StreamBuffer", "stream_key"]
