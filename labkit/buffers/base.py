@@ -6,7 +6,7 @@ differ in round trips, what survives serialization and the delivery guarantee:
 - ``guide``: the guide's ``SharedExperienceBuffer``, reproduced with its bugs (the baseline);
 - ``list``: Redis lists, batched, typed frames, at-most-once;
 - ``stream``: Redis Streams with a consumer group, at-least-once, de-duplicated;
-- ``nats``: JetStream (coming with the NATS buffer).
+- ``nats``: NATS JetStream, a durable pull consumer, at-least-once, de-duplicated.
 """
 
 from __future__ import annotations
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
     RedisLike = redis.Redis | RedisCluster
 
 KINDS = ("guide", "list", "stream", "nats")
-
-
-class BufferNotAvailable(LabkitError, NotImplementedError):
-    """A buffer kind that labkit names but does not implement yet."""
 
 
 @dataclass
@@ -113,7 +109,8 @@ def open_buffer(
     consumer: str = "c0",
     namespace: str = "lab",
 ) -> ExperienceBuffer:
-    """The buffer of ``kind`` ("guide", "list", "stream", "nats") on the Redis at ``url``.
+    """The buffer of ``kind`` ("guide", "list", "stream", "nats") on the server at ``url``
+    (a redis:// URL or client for the first three, a nats:// URL for "nats").
 
     ``agent_id`` is where this process pushes; ``agents`` are the agents a learner pulls from
     (default: just ``agent_id``). ``capacity`` bounds each agent's backlog (None: unbounded).
@@ -140,11 +137,10 @@ def open_buffer(
         return StreamBuffer(url, agents=members, capacity=capacity, group=group,
                             consumer=consumer, namespace=namespace, **common)  # fmt: skip
     if kind == "nats":
-        raise BufferNotAvailable(
-            "the 'nats' buffer is coming with the NATS buffer (JetStream); "
-            "use kind='list' or kind='stream' for now"
-        )
+        from labkit.buffers.nats_js import NatsBuffer
+
+        return NatsBuffer(url, agents=members, capacity=capacity, group=group, **common)
     raise LabkitError(f"unknown buffer kind {kind!r}: choose one of {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "BufferNotAvailable", "BufferStats", "ExperienceBuffer", "open_buffer"]
+__all__ = ["KINDS", "BufferStats", "ExperienceBuffer", "open_buffer"]

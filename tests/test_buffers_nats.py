@@ -1,0 +1,246 @@
+"""The JetStream experience buffer on a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import nats
+import nats.js.errors
+import pytest
+import torch
+
+from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.frame import Experience, encode
+from labkit.buffers.nats_js import NatsBuffer, subject
+from labkit.errors import LabkitError, ServiceError
+from labkit.services import NatsServer
+
+N = 12
+STREAM = "LAB_EXP"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[NatsServer]:
+    with NatsServer() as srv:
+        yield srv
+
+
+def js_call(url: str, call: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Runs ``call(js)`` on a fresh JetStream connection (the test's raw view of the server)."""
+
+    async def main() -> Any:
+        nc = await nats.connect(url, allow_reconnect=False)
+        try:
+            return await call(nc.jetstream())
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def url(server: NatsServer) -> Iterator[str]:
+    yield server.url
+
+    async def delete(js: Any) -> None:
+        try:
+            await js.delete_stream(STREAM)
+        except nats.js.errors.NotFoundError:
+            pass
+
+    js_call(server.url, delete)
+
+
+def publish_raw(url: str, agent: int, *payloads: bytes) -> None:
+    """Publishes bytes straight to an agent's subject: no frame checks, no msg id."""
+
+    async def send(js: Any) -> None:
+        for data in payloads:
+            await js.publish(subject(agent), data)
+
+    js_call(url, send)
+
+
+def exp(agent: int, seq: int) -> Experience:
+    """An experience whose tensors have three dtypes and shapes, all depending on (agent, seq)."""
+    base = 100 * agent + seq
+    return Experience(agent, seq, policy_version=7, timestamp=1000.0 + base, tensors={
+        "obs": torch.arange(6, dtype=torch.int64).reshape(2, 3) + base,
+        "done": torch.tensor([seq % 2 == 0, True]),
+        "h": torch.full((2, 2), base / 4, dtype=torch.float16),
+    })  # fmt: skip
+
+
+def assert_same(got: Experience, want: Experience) -> None:
+    assert (got.agent_id, got.seq, got.policy_version) == (want.agent_id, want.seq, 7)
+    assert got.timestamp == want.timestamp
+    assert list(got.tensors) == list(want.tensors)
+    for name, tensor in want.tensors.items():
+        assert got.tensors[name].dtype == tensor.dtype
+        assert got.tensors[name].shape == tensor.shape
+        assert torch.equal(got.tensors[name], tensor)
+
+
+def drain(buf: ExperienceBuffer, batch: int = 5, ack: bool = True) -> list[Experience]:
+    got: list[Experience] = []
+    while items := buf.pull(batch):
+        got += items
+        if ack:
+            buf.ack(items)
+    return got
+
+
+def settled(buf: NatsBuffer, timeout: float = 3.0) -> bool:
+    """True once the consumer has nothing undelivered and nothing unacked (acks are async)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = buf.consumer_state()
+        if state.pending == 0 and state.ack_pending == 0:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_returns_everything_exactly_from_two_agents(url):
+    producers = [NatsBuffer(url, agent_id=a) for a in (0, 1)]
+    learner = NatsBuffer(url, agent_id=0, agents=[0, 1])
+    for a, buf in enumerate(producers):
+        assert buf.push([exp(a, s) for s in range(N)]) == N
+        assert buf.stats().pushed == N
+    got = drain(learner)
+    assert len(got) == 2 * N
+    for item in got:
+        assert_same(item, exp(item.agent_id, item.seq))
+    for a in (0, 1):
+        assert [e.seq for e in got if e.agent_id == a] == list(range(N))  # in order per agent
+    assert learner.stats().pulled == 2 * N and learner.stats().duplicates == 0
+    assert settled(learner)
+    assert learner.pull(10) == []
+    for buf in [*producers, learner]:
+        buf.close()
+        buf.close()  # twice is fine
+    with pytest.raises(LabkitError, match="closed"):
+        learner.pull(1)
+
+
+def test_is_at_least_once_across_a_dead_learner(url):
+    with NatsBuffer(url, agent_id=0) as producer:
+        producer.push([exp(0, s) for s in range(N)])
+    a = NatsBuffer(url, agent_id=0, ack_wait_s=1.0)
+    lost = a.pull(4)
+    assert [e.seq for e in lost] == [0, 1, 2, 3]
+    a.close()  # dies without ack
+
+    b = NatsBuffer(url, agent_id=0, ack_wait_s=1.0)  # same durable: "learners"
+    consumed = [(e.agent_id, e.seq) for e in drain(b)]
+    assert consumed == [(0, s) for s in range(4, N)]  # the lost four are not due yet
+    deadline = time.monotonic() + 5.0
+    while len(consumed) < N and time.monotonic() < deadline:
+        consumed += [(e.agent_id, e.seq) for e in drain(b)]
+    assert len(consumed) == len(set(consumed)) == N  # consumed == pushed, no duplicates
+    assert sorted(consumed) == [(0, s) for s in range(N)]
+    assert b.stats().redelivered == 4 and b.stats().duplicates == 0
+    assert settled(b)
+    b.close()
+
+
+def test_duplicate_publishes_are_returned_once(url):
+    producer = NatsBuffer(url, agent_id=0)
+    producer.push([exp(0, 0), exp(0, 1)])
+    assert producer.push([exp(0, 1), exp(0, 2), exp(0, 0)]) == 3  # a retried push
+    assert producer.publish_duplicates == 2  # JetStream's msg-id window kept them out
+    assert producer.stats().pushed == 3
+    publish_raw(url, 0, encode(exp(0, 1)))  # no msg id: only the learner can tell
+    learner = NatsBuffer(url, agent_id=0)
+    got = drain(learner, batch=2)
+    assert [e.seq for e in got] == [0, 1, 2]
+    assert learner.stats().duplicates == 1
+    assert settled(learner)  # the duplicate was acked
+    producer.close()
+    learner.close()
+
+
+def test_capacity_discards_the_oldest_per_agent_and_counts(url):
+    producer = NatsBuffer(url, agent_id=0, capacity=10)
+    other = NatsBuffer(url, agent_id=1, capacity=10)
+    producer.push([exp(0, s) for s in range(8)])
+    assert producer.stats().dropped == 0
+    producer.push([exp(0, s) for s in range(8, 25)])
+    other.push([exp(1, s) for s in range(3)])
+    assert producer.stats().dropped == 15 and other.stats().dropped == 0
+    learner = NatsBuffer(url, agent_id=0, agents=[0, 1])
+    got = drain(learner)
+    assert [e.seq for e in got if e.agent_id == 0] == list(range(15, 25))  # the newest survive
+    assert [e.seq for e in got if e.agent_id == 1] == [0, 1, 2]
+    for buf in (producer, other, learner):
+        buf.close()
+
+
+def test_skips_and_counts_malformed_messages(url):
+    learner = NatsBuffer(url, agent_id=0, ack_wait_s=1.0)
+    NatsBuffer(url, agent_id=0).push([exp(0, 0)])
+    publish_raw(url, 0, b"garbage", b"\x80\x04\x95 not a frame, and never unpickled")
+    NatsBuffer(url, agent_id=0).push([exp(0, 1)])
+    got = drain(learner)
+    assert [e.seq for e in got] == [0, 1]
+    assert learner.stats().malformed == 2 and learner.frames.last_error
+    assert settled(learner)  # terminated: never redelivered
+    learner.close()
+
+
+def test_memory_storage_and_a_filter_per_agent(url):
+    with NatsBuffer(url, agent_id=2, storage="memory") as producer:
+        producer.push([exp(2, 0)])
+    with NatsBuffer(url, agent_id=5) as other:
+        other.push([exp(5, 0)])
+
+    async def storage(js: Any) -> str:
+        return (await js.stream_info(STREAM)).config.storage
+
+    assert js_call(url, storage) == "memory"
+    with NatsBuffer(url, agent_id=0, agents=[2], group="only-2") as learner:
+        assert [(e.agent_id, e.seq) for e in drain(learner)] == [(2, 0)]
+    with NatsBuffer(url, agent_id=0, agents=None, group="all") as learner:  # None: every agent
+        assert sorted(e.agent_id for e in drain(learner)) == [2, 5]
+
+
+def test_open_buffer_builds_it(url):
+    with open_buffer("nats", url, agent_id=1, agents=[0, 1], capacity=100) as buf:
+        assert isinstance(buf, NatsBuffer) and buf.name == "nats"
+        assert buf.push([exp(1, 0)]) == 1
+        assert [e.seq for e in drain(buf)] == [0]
+
+
+def test_bad_arguments_are_explained(url):
+    with pytest.raises(LabkitError, match="capacity"):
+        NatsBuffer(url, agent_id=0, capacity=0)
+    with pytest.raises(LabkitError, match="group name"):
+        NatsBuffer(url, agent_id=0, group="a.b")
+    with pytest.raises(LabkitError, match="storage"):
+        NatsBuffer(url, agent_id=0, storage="disk")
+    NatsBuffer(url, agent_id=0).close()
+    with pytest.raises(ServiceError, match="already belong to another stream"):
+        NatsBuffer(url, agent_id=0, stream="OTHER")
+    with pytest.raises(LabkitError, match=r"needs a nats:// URL, got redis://:\*\*\*@"):
+        open_buffer("nats", "redis://:secret@127.0.0.1:6379/0", agent_id=0)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_server_or_wrong_token_fails_fast_and_clearly(url):
+    start = time.monotonic()
+    with pytest.raises(ServiceError, match="cannot connect to NATS.*nats-server running"):
+        open_buffer("nats", f"nats://127.0.0.1:{closed_port()}", agent_id=0)
+    bad = url.replace("://", "://XbadX", 1)
+    with pytest.raises(ServiceError, match="wrong token") as info:
+        NatsBuffer(bad, agent_id=0)
+    assert "XbadX" not in str(info.value)  # the token is redacted
+    assert time.monotonic() - start < 10.0
