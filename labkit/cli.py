@@ -8,6 +8,8 @@
     labkit nccl check [--env-file FILE] [--json] [--fix]
     labkit bench launch --json
     labkit bench collectives --op all_reduce --nproc 4 --min 1K --max 64M --json
+    labkit bench buffer --agents 4 --payload 1024 --seconds 3 --json
+    labkit bench memory --ranks 2,4,8 --per-agent-mb 32 --json
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from labkit.bench import buffer as bench_buffer
 from labkit.bench import collectives
+from labkit.bench import memory as bench_memory
 from labkit.errors import LabkitError
 from labkit.launch import parse_env
 from labkit.nccl.cli import add_check_arguments, run_check
@@ -145,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         "collectives", help="nccl-tests on any backend: time, algbw, busbw, #wrong")
     collectives.add_arguments(bench_collectives)
     bench_collectives.set_defaults(func=collectives.run)
+    bench_buf = bench.add_parser("buffer", help="experience buffers: push, pull, end-to-end rates")
+    bench_buffer.add_arguments(bench_buf)
+    bench_buf.set_defaults(func=bench_buffer.run)
+    bench_mem = bench.add_parser("memory", help="replicated vs sharded experience: per-rank RSS")
+    bench_memory.add_memory_arguments(bench_mem)
+    bench_mem.set_defaults(func=bench_memory.run_memory)
     return parser
 
 
