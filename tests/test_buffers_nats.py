@@ -11,10 +11,10 @@ from typing import Any
 import nats
 import nats.js.errors
 import pytest
-import torch
+from buffer_helpers import assert_same, drain, exp
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
-from labkit.buffers.frame import Experience, encode
+from labkit.buffers.base import open_buffer
+from labkit.buffers.frame import encode
 from labkit.buffers.nats_js import NatsBuffer, subject
 from labkit.errors import LabkitError, ServiceError
 from labkit.services import NatsServer
@@ -63,35 +63,6 @@ def publish_raw(url: str, agent: int, *payloads: bytes) -> None:
             await js.publish(subject(agent), data)
 
     js_call(url, send)
-
-
-def exp(agent: int, seq: int) -> Experience:
-    """An experience whose tensors have three dtypes and shapes, all depending on (agent, seq)."""
-    base = 100 * agent + seq
-    return Experience(agent, seq, policy_version=7, timestamp=1000.0 + base, tensors={
-        "obs": torch.arange(6, dtype=torch.int64).reshape(2, 3) + base,
-        "done": torch.tensor([seq % 2 == 0, True]),
-        "h": torch.full((2, 2), base / 4, dtype=torch.float16),
-    })  # fmt: skip
-
-
-def assert_same(got: Experience, want: Experience) -> None:
-    assert (got.agent_id, got.seq, got.policy_version) == (want.agent_id, want.seq, 7)
-    assert got.timestamp == want.timestamp
-    assert list(got.tensors) == list(want.tensors)
-    for name, tensor in want.tensors.items():
-        assert got.tensors[name].dtype == tensor.dtype
-        assert got.tensors[name].shape == tensor.shape
-        assert torch.equal(got.tensors[name], tensor)
-
-
-def drain(buf: ExperienceBuffer, batch: int = 5, ack: bool = True) -> list[Experience]:
-    got: list[Experience] = []
-    while items := buf.pull(batch):
-        got += items
-        if ack:
-            buf.ack(items)
-    return got
 
 
 def settled(buf: NatsBuffer, timeout: float = 3.0) -> bool:

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 import torch
+from buffer_helpers import assert_same, drain, exp
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
-from labkit.buffers.frame import Experience, encode
+from labkit.buffers.base import open_buffer
+from labkit.buffers.frame import encode
 from labkit.buffers.guide import RAW, GuideBuffer
 from labkit.buffers.redis_list import ListBuffer, fair_shares, list_key
 from labkit.buffers.redis_stream import SeenSeqs, StreamBuffer, stream_key
@@ -36,35 +37,6 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture
 def url(server: RedisServer, client: redis.Redis) -> str:
     return server.url
-
-
-def exp(agent: int, seq: int) -> Experience:
-    """An experience whose tensors have three dtypes and shapes, all depending on (agent, seq)."""
-    base = 100 * agent + seq
-    return Experience(agent, seq, policy_version=7, timestamp=1000.0 + base, tensors={
-        "obs": torch.arange(6, dtype=torch.int64).reshape(2, 3) + base,
-        "done": torch.tensor([seq % 2 == 0, True]),
-        "h": torch.full((2, 2), base / 4, dtype=torch.float16),
-    })  # fmt: skip
-
-
-def assert_same(got: Experience, want: Experience) -> None:
-    assert (got.agent_id, got.seq, got.policy_version) == (want.agent_id, want.seq, 7)
-    assert got.timestamp == want.timestamp
-    assert list(got.tensors) == list(want.tensors)
-    for name, tensor in want.tensors.items():
-        assert got.tensors[name].dtype == tensor.dtype
-        assert got.tensors[name].shape == tensor.shape
-        assert torch.equal(got.tensors[name], tensor)
-
-
-def drain(buf: ExperienceBuffer, batch: int = 5, ack: bool = True) -> list[Experience]:
-    got: list[Experience] = []
-    while items := buf.pull(batch):
-        got += items
-        if ack:
-            buf.ack(items)
-    return got
 
 
 def calls(client: redis.Redis, command: str) -> int:
