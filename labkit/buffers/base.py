@@ -92,6 +92,34 @@ def connect(target: str | RedisLike) -> tuple[RedisLike, bool]:
     return target, False
 
 
+def check_capacity(capacity: int | None) -> None:
+    if capacity is not None and capacity < 1:
+        raise LabkitError(f"capacity must be >= 1 or None (unbounded), got {capacity}")
+
+
+class RedisBuffer(ExperienceBuffer):
+    """What the list and stream buffers share: the connection, whose keys to read, the cap."""
+
+    def __init__(self, url: str | RedisLike, *, agent_id: int,
+                 agents: Sequence[int] | None = None, capacity: int | None = None,
+                 namespace: str = "lab") -> None:
+        from labkit.buffers.frame import FrameStats  # torch: only once a buffer is built
+
+        super().__init__()
+        check_capacity(capacity)
+        self.redis, self._owned = connect(url)
+        self.agent_id = agent_id
+        self.agents = list(agents) if agents is not None else [agent_id]
+        self.capacity = capacity
+        self.namespace = namespace
+        self.frames = FrameStats()
+        self._turn = 0  # which agent gets the remainder of max_count next
+
+    def close(self) -> None:
+        if self._owned:
+            self.redis.close()
+
+
 def check_count(max_count: int) -> None:
     """Rejects a negative ``max_count`` with a clear message (0 is allowed: pulls nothing)."""
     if max_count < 0:

@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from labkit.buffers.base import ExperienceBuffer, check_count, connect
-from labkit.buffers.frame import Experience, FrameStats, encode
-from labkit.errors import LabkitError
+from labkit.buffers.base import RedisBuffer, check_count
+from labkit.buffers.frame import Experience, encode
 
 if TYPE_CHECKING:
     from labkit.buffers.base import RedisLike
@@ -42,12 +41,7 @@ def fair_shares(budget: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def check_capacity(capacity: int | None) -> None:
-    if capacity is not None and capacity < 1:
-        raise LabkitError(f"capacity must be >= 1 or None (unbounded), got {capacity}")
-
-
-class ListBuffer(ExperienceBuffer):
+class ListBuffer(RedisBuffer):
     """Pushes to ``{namespace}:exp:{{agent_id}}``; pulls from the keys of ``agents``."""
 
     name = "list"
@@ -61,15 +55,8 @@ class ListBuffer(ExperienceBuffer):
         capacity: int | None = None,
         namespace: str = "lab",
     ) -> None:
-        super().__init__()
-        check_capacity(capacity)
-        self.redis, self._owned = connect(url)
-        self.agent_id = agent_id
-        self.agents = list(agents) if agents is not None else [agent_id]
-        self.capacity = capacity
-        self.namespace = namespace
-        self.frames = FrameStats()
-        self._turn = 0  # who gets the remainder of max_count next
+        super().__init__(url, agent_id=agent_id, agents=agents, capacity=capacity,
+                         namespace=namespace)
 
     def key(self, agent_id: int) -> str:
         return list_key(self.namespace, agent_id)
@@ -120,9 +107,6 @@ class ListBuffer(ExperienceBuffer):
         self._stats.malformed = self.frames.malformed
         return out
 
-    def close(self) -> None:
-        if self._owned:
-            self.redis.close()
 
 
 __all__ = ["ListBuffer", "fair_shares", "list_key"]

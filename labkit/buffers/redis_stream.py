@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from labkit.buffers.base import ExperienceBuffer, check_count, connect
-from labkit.buffers.frame import Experience, FrameStats, encode
-from labkit.buffers.redis_list import check_capacity, fair_shares
+from labkit.buffers.base import RedisBuffer, check_count
+from labkit.buffers.frame import Experience, encode
+from labkit.buffers.redis_list import fair_shares
 from labkit.errors import LabkitError
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
     return [entry for _, entries in reply for entry in entries]
 
 
-class StreamBuffer(ExperienceBuffer):
+class StreamBuffer(RedisBuffer):
     """Pushes to ``{namespace}:xs:{{agent_id}}``; reads the streams of ``agents`` as
     ``consumer`` of ``group``."""
 
@@ -101,22 +101,15 @@ class StreamBuffer(ExperienceBuffer):
         namespace: str = "lab",
         seen_limit: int = 65536,
     ) -> None:
-        super().__init__()
-        check_capacity(capacity)
-        self.redis, self._owned = connect(url)
-        self.agent_id = agent_id
-        self.agents = list(agents) if agents is not None else [agent_id]
-        self.capacity = capacity
+        super().__init__(url, agent_id=agent_id, agents=agents, capacity=capacity,
+                         namespace=namespace)
         self.group = group
         self.consumer = consumer
-        self.namespace = namespace
-        self.frames = FrameStats()
         self.seen = SeenSeqs(seen_limit)
         self._inflight: dict[tuple[int, int], tuple[str, bytes]] = {}  # returned, not acked
         self._reclaimed: deque[Entry] = deque()  # claimed by reclaim(), not yet returned
         self._held: set[tuple[str, bytes]] = set()  # entries in either of the two above
         self._groups_ready = False
-        self._turn = 0
 
     def key(self, agent_id: int) -> str:
         return stream_key(self.namespace, agent_id)
@@ -310,8 +303,7 @@ class StreamBuffer(ExperienceBuffer):
 
     def close(self) -> None:
         """Closes the connection; entries pulled and not acked stay pending for ``reclaim``."""
-        if self._owned:
-            self.redis.close()
+        super().close()
 
 
 __all__ = ["FIELD", "SeenSeqs", "StreamBuffer", "stream_key"]
