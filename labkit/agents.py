@@ -1,0 +1,188 @@
+"""CartPole agents: an actor-critic policy, a pool of environments, and rollouts.
+
+Every agent (a rank in synchronous training, an actor in asynchronous training) owns a few
+``CartPole-v1`` environments and steps them with a policy. A :class:`Rollout` is ``T`` steps of
+those environments, tagged with the version of the policy that produced it, so a learner knows
+how stale it is. Rollouts travel as experience frames (``labkit.buffers.frame``): named tensors,
+no pickle.
+
+An episode ends when the pole falls (terminated) or at 500 steps (truncated); both are treated
+as the end of the return here, a common simplification for CartPole. "Solved" in this lab: the
+mean return of the last 20 finished episodes is at least 400.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from labkit.buffers.frame import Experience
+
+ENV_ID = "CartPole-v1"
+OBS_DIM = 4
+N_ACTIONS = 2
+SOLVED_RETURN = 400.0
+SOLVED_WINDOW = 20  # episodes in the running mean that decides "solved"
+RANDOM_POLICY_RETURN = 22.0  # about what a uniformly random policy scores on CartPole-v1
+
+
+class ActorCritic(nn.Module):
+    """Two small MLPs: action logits (the policy) and a state value (the critic)."""
+
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.policy = nn.Sequential(
+            nn.Linear(OBS_DIM, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, N_ACTIONS),
+        )
+        self.value = nn.Sequential(
+            nn.Linear(OBS_DIM, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [..., 2], value [...]) for observations [..., 4]."""
+        return self.policy(obs), self.value(obs).squeeze(-1)
+
+
+def seed_everything(seed: int) -> None:
+    """Seeds Python, numpy and torch (this process); environments are seeded separately."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Rollout:
+    """``T`` steps of ``E`` environments, as one agent collected them.
+
+    ``done[t]`` is 1 where the episode ended at step t (the return does not bootstrap past it).
+    ``last_obs`` is the observation after the last step: the learner bootstraps from it.
+    ``episode_returns`` holds the returns of the episodes that finished during the rollout."""
+
+    obs: torch.Tensor  # [T, E, 4] float32
+    actions: torch.Tensor  # [T, E] int64
+    rewards: torch.Tensor  # [T, E] float32
+    done: torch.Tensor  # [T, E] float32
+    behaviour_logp: torch.Tensor  # [T, E] float32: log-prob of the action under the actor's policy
+    last_obs: torch.Tensor  # [E, 4] float32
+    episode_returns: torch.Tensor  # [k] float32
+    policy_version: int
+    agent_id: int
+    seq: int
+    timestamp: float
+
+    @property
+    def steps(self) -> int:
+        return self.actions.numel()
+
+    def to_experience(self) -> Experience:
+        names = ("obs", "actions", "rewards", "done", "behaviour_logp", "last_obs",
+                 "episode_returns")
+        return Experience(self.agent_id, self.seq, self.policy_version, self.timestamp,
+                          {name: getattr(self, name) for name in names})
+
+    @classmethod
+    def from_experience(cls, exp: Experience) -> Rollout:
+        t = exp.tensors
+        return cls(t["obs"], t["actions"], t["rewards"], t["done"], t["behaviour_logp"],
+                   t["last_obs"], t["episode_returns"], exp.policy_version, exp.agent_id,
+                   exp.seq, exp.timestamp)
+
+
+class EnvPool:
+    """``n`` CartPole environments stepped together, reset as episodes end, seeded from ``seed``.
+
+    ``delay_factor`` > 1 makes this agent a straggler: after each step it waits
+    ``(delay_factor - 1)`` times the time the step really took, so it is that many times slower
+    whatever the machine's speed."""
+
+    def __init__(self, n: int, seed: int, delay_factor: float = 1.0) -> None:
+        if n < 1:
+            raise ValueError(f"an agent needs at least one environment, got {n}")
+        self.envs = [gym.make(ENV_ID, disable_env_checker=True) for _ in range(n)]
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.running = np.zeros(n)
+        self.delay_factor = delay_factor
+        self.delayed_s = 0.0
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """Steps every env; returns (rewards, done, returns of the episodes that ended)."""
+        rewards, done, finished = np.zeros(len(self.envs)), np.zeros(len(self.envs)), []
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
+            rewards[i] = reward
+            self.running[i] += reward
+            if terminated or truncated:
+                done[i] = 1.0
+                finished.append(float(self.running[i]))
+                self.running[i] = 0.0
+                obs, _ = env.reset()
+            self.obs[i] = obs
+        return rewards, done, finished
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def collect(model: ActorCritic, pool: EnvPool, steps: int, *, generator: torch.Generator,
+            policy_version: int, agent_id: int = 0, seq: int = 0,
+            on_step: Callable[[], None] | None = None) -> Rollout:
+    """Runs ``steps`` steps of every env in ``pool`` with ``model``'s policy (sampled actions)."""
+    n = len(pool.envs)
+    obs = torch.empty(steps, n, OBS_DIM)
+    actions = torch.empty(steps, n, dtype=torch.int64)
+    rewards, done, logp = torch.empty(steps, n), torch.empty(steps, n), torch.empty(steps, n)
+    finished: list[float] = []
+    device = next(model.parameters()).device  # cpu, or the rank's GPU under nccl
+    with torch.no_grad():
+        for t in range(steps):
+            began = time.perf_counter()
+            obs[t] = torch.as_tensor(pool.obs, dtype=torch.float32)
+            logits, _ = model(obs[t].to(device))
+            probs = torch.softmax(logits.cpu(), dim=-1)
+            actions[t] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            logp[t] = torch.log(probs.gather(-1, actions[t, :, None]).squeeze(-1))
+            r, d, ended = pool.step(actions[t].numpy())
+            rewards[t], done[t] = torch.as_tensor(r), torch.as_tensor(d)
+            finished += ended
+            if pool.delay_factor > 1:
+                wait = (pool.delay_factor - 1) * (time.perf_counter() - began)
+                pool.delayed_s += wait
+                time.sleep(wait)
+            if on_step is not None:
+                on_step()
+    return Rollout(obs, actions, rewards, done, logp,
+                   torch.as_tensor(pool.obs, dtype=torch.float32).clone(),
+                   torch.tensor(finished, dtype=torch.float32), policy_version, agent_id, seq,
+                   time.time())
+
+
+def evaluate(model: ActorCritic, episodes: int = 5, seed: int = 10_000) -> float:
+    """Mean return of ``episodes`` greedy episodes (argmax action) on fresh seeded envs."""
+    total = 0.0
+    env = gym.make(ENV_ID, disable_env_checker=True)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for e in range(episodes):
+            obs, _ = env.reset(seed=seed + e)
+            over = False
+            while not over:
+                logits, _ = model(torch.as_tensor(obs, dtype=torch.float32, device=device))
+                obs, reward, terminated, truncated, _ = env.step(int(logits.argmax()))
+                total += float(reward)
+                over = terminated or truncated
+    env.close()
+    return total / episodes
+
+
+__all__ = ["ActorCritic", "EnvPool", "Rollout", "collect", "evaluate", "seed_everything",
+           "ENV_ID", "SOLVED_RETURN", "SOLVED_WINDOW", "RANDOM_POLICY_RETURN"]

@@ -1,0 +1,88 @@
+"""labkit.train: both modes as real torchrun jobs at toy size, and the configs that must fail.
+
+Learning is checked as movement, not as a score: after a small budget the mean return must
+be well above a random policy's (about 22 on CartPole-v1)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from labkit.agents import RANDOM_POLICY_RETURN
+from labkit.errors import ParameterError
+from labkit.launch import RankFailedError
+from labkit.staleness import StalenessConfig
+from labkit.train import Hyper, TrainConfig, add_arguments, config_from_args, train
+
+LEARNED = 2 * RANDOM_POLICY_RETURN
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mode": "async", "agents": 0}, "at least one agent"),
+    ({"agents": 2, "straggler_rank": 2}, "outside the agents"),
+    ({"straggler_rank": 0, "straggler_factor": 0.5}, "straggler-factor"),
+    ({"staleness": StalenessConfig("vtrace")}, "only applies to --mode async"),
+    ({"steps": 10}, "less than one rollout"),
+    ({"mode": "async", "staleness": StalenessConfig("newest")}, "unknown staleness method"),
+    ({"mode": "ring"}, "mode must be"),
+    ({"agents": 3, "nnodes": 2}, "do not split evenly"),
+])
+def test_invalid_configs_fail_before_launch(kwargs: dict, message: str) -> None:
+    with pytest.raises(ParameterError, match=message):
+        train(TrainConfig(**kwargs))
+
+
+def test_config_round_trips_through_json() -> None:
+    cfg = TrainConfig(mode="async", agents=3, staleness=StalenessConfig("drop", max_lag=2),
+                      hyper=Hyper(lr=1e-3))
+    assert TrainConfig.from_json(cfg.to_json()) == cfg
+    assert cfg.world_size == 4 and TrainConfig(agents=3).world_size == 3
+
+
+def test_cli_arguments_make_the_config() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--mode", "async", "--agents", "4", "--straggler-rank", "3",
+                              "--straggler-factor", "4", "--staleness", "vtrace", "--lr", "0.001",
+                              "--normalize-advantages"])
+    cfg = config_from_args(args)
+    assert (cfg.mode, cfg.agents, cfg.straggler_rank, cfg.straggler_factor) == ("async", 4, 3, 4)
+    assert cfg.staleness.method == "vtrace" and cfg.hyper.lr == 0.001
+    assert cfg.hyper.normalize_advantages is True and cfg.hyper.rollout_len == Hyper().rollout_len
+
+
+def small(**kwargs) -> TrainConfig:
+    return TrainConfig(**{"agents": 2, "steps": 24_576, "seed": 1, **kwargs})
+
+
+def test_sync_learns_and_repeats_bit_for_bit(leftover_processes, tmp_path) -> None:
+    first = train(small(straggler_rank=1, straggler_factor=2), run_dir=tmp_path / "a")
+    assert first["env_steps"] >= 24_576 and first["updates"] == 48
+    assert first["final_mean_return"] > LEARNED
+    assert first["straggler_delay_s"] > 0 and first["lag_hist"] == {"0": 48}
+    # Same seed and world size: the same parameters, whatever the straggler did to the timing.
+    again = train(small(steps=2048), run_dir=tmp_path / "b")
+    once_more = train(small(steps=2048, straggler_rank=0, straggler_factor=2),
+                      run_dir=tmp_path / "c")
+    assert again["params_sha256"] == once_more["params_sha256"]
+    assert again["params_sha256"] != train(small(steps=2048, seed=2))["params_sha256"]
+    assert not leftover_processes(tmp_path / "a")
+
+
+def test_async_learns_and_measures_lag(leftover_processes, tmp_path) -> None:
+    result = train(small(mode="async", staleness=StalenessConfig("vtrace")), run_dir=tmp_path)
+    assert result["world_size"] == 3 and result["env_steps_consumed"] >= 24_576
+    assert result["env_steps"] >= result["env_steps_consumed"]
+    assert result["final_mean_return"] > LEARNED
+    per_rollout = Hyper().envs_per_agent * Hyper().rollout_len
+    assert sum(result["lag_hist"].values()) * per_rollout == result["env_steps_consumed"]
+    assert result["mean_lag"] >= 0 and result["max_lag"] >= result["p50_lag"]
+    assert not leftover_processes(tmp_path)
+
+
+def test_a_silent_learner_stops_the_actors_with_its_name(leftover_processes, tmp_path) -> None:
+    cfg = small(mode="async", fault="learner_stall:2", learner_timeout_s=3.0, timeout_s=120)
+    with pytest.raises(RankFailedError, match=r"LearnerLostError.*learner \(rank 0\)"):
+        train(cfg, run_dir=tmp_path)
+    assert not leftover_processes(tmp_path)
