@@ -10,6 +10,11 @@
     labkit bench collectives --op all_reduce --nproc 4 --min 1K --max 64M --json
     labkit bench buffer --agents 4 --payload 1024 --seconds 3 --json
     labkit bench memory --ranks 2,4,8 --per-agent-mb 32 --json
+    labkit train --mode async --agents 4 --steps 100000 --staleness vtrace --json
+    labkit bench sync-async --agents 4 --straggler-factor 4 --json
+    labkit bench staleness --lags 0,16,64 --seeds 0,1,2 --json
+    labkit bench ddp --json
+    labkit bench locks --agents 4 --increments 200 --json
 """
 
 from __future__ import annotations
@@ -20,11 +25,16 @@ import shlex
 import sys
 from pathlib import Path
 
+from labkit import train
 from labkit.bench import buffer as bench_buffer
 from labkit.bench import collectives
+from labkit.bench import ddp as bench_ddp
 from labkit.bench import memory as bench_memory
+from labkit.bench import staleness as bench_staleness
+from labkit.bench import sync_async as bench_sync_async
 from labkit.errors import LabkitError
 from labkit.launch import parse_env
+from labkit.locks import cli as locks_cli
 from labkit.nccl.cli import add_check_arguments, run_check
 
 
@@ -130,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("args", nargs=argparse.REMAINDER)
     launch.set_defaults(func=_launch)
 
+    train_cmd = commands.add_parser("train", help="CartPole agents: sync (DDP) or async")
+    train.add_arguments(train_cmd)
+    train_cmd.set_defaults(func=train.run)
+
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)
     nccl_check = nccl.add_parser(
@@ -155,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_mem = bench.add_parser("memory", help="replicated vs sharded experience: per-rank RSS")
     bench_memory.add_memory_arguments(bench_mem)
     bench_mem.set_defaults(func=bench_memory.run_memory)
+    for name, module, text in (
+        ("sync-async", bench_sync_async, "sync DDP vs async actor-learner, with a straggler"),
+        ("staleness", bench_staleness, "staleness methods at a fixed policy lag, over seeds"),
+        ("ddp", bench_ddp, "gradient_as_bucket_view memory; DDP vs FSDP for small agents"),
+        ("locks", locks_cli, "lost updates, the guide's lock, Redis locks, fencing"),
+    ):
+        sub = bench.add_parser(name, help=text)
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.run)
     return parser
 
 
