@@ -15,6 +15,8 @@
     labkit bench staleness --lags 0,16,64 --seeds 0,1,2 --json
     labkit bench ddp --json
     labkit bench locks --agents 4 --increments 200 --json
+    labkit hang --list
+    labkit hang extra_collective --json
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from labkit.bench import memory as bench_memory
 from labkit.bench import staleness as bench_staleness
 from labkit.bench import sync_async as bench_sync_async
 from labkit.errors import LabkitError
+from labkit.hangs import run as hangs_cli
 from labkit.launch import parse_env
 from labkit.locks import cli as locks_cli
 from labkit.nccl.cli import add_check_arguments, run_check
@@ -143,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     train_cmd = commands.add_parser("train", help="CartPole agents: sync (DDP) or async")
     train.add_arguments(train_cmd)
     train_cmd.set_defaults(func=train.run)
+
+    hang = commands.add_parser("hang", help="reproduce a real hang and name its culprit")
+    hangs_cli.add_arguments(hang)
+    hang.set_defaults(func=hangs_cli.run)
 
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)

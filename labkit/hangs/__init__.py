@@ -1,0 +1,40 @@
+"""Real distributed hangs, reproduced in seconds and diagnosed: who hung the job, and where.
+
+Each scenario (``SCENARIOS``; ``labkit hang --list``) runs a small agent loop on 2-3 gloo ranks
+through labkit's launcher, with a collective timeout of a few seconds instead of PyTorch's
+10 (NCCL) or 30 (gloo) minutes, and one rank going wrong: an extra collective (the agent
+that's ahead), collectives in a different order, a mismatched shape, a rank stuck in Python
+before a collective, a rank killed mid-run, two agents deadlocked on file locks.
+
+``run_scenario(name)`` returns a :class:`HangReport`: the culprit rank the diagnosis found
+next to the expected one, the collective (sequence number and op), how fast it was detected,
+and the evidence. The evidence comes from four tools, all usable in your own jobs:
+
+* a flight recorder for any backend (:class:`Recorder`, ``labkit.hangs.recorder``): each
+  rank's last collectives in a ring buffer, dumped as JSON on a timeout, an error or SIGTERM;
+  comparing the ranks' sequences names the rank that is ahead, behind, missing or different;
+* ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: on gloo (torch 2.13) a monitored barrier and a
+  fingerprint check before every collective: mismatched ops or shapes fail at once;
+* ``dist.monitored_barrier(timeout=..., wait_all_ranks=True)`` (gloo only): rank 0 names
+  every rank that did not arrive;
+* per-rank Python stacks by :mod:`faulthandler` (also on ``kill -USR1 <pid>``).
+
+For NCCL jobs see ``labkit.hangs.nccl_env``: what ``NCCL_BLOCKING_WAIT`` really does in
+PyTorch 2.13 and :func:`nccl_hang_env`, the variables to set instead.
+
+The command line: ``labkit hang SCENARIO|all [--json]`` (hooks: ``labkit.hangs.run.add_arguments``
+and ``labkit.hangs.run.run``).
+"""
+
+from labkit.hangs.diagnose import Diagnosis, diagnose, load_dumps
+from labkit.hangs.locks import LockTimeoutError, file_lock
+from labkit.hangs.nccl_env import EnvSetting, as_environ, nccl_hang_env
+from labkit.hangs.recorder import Event, Recorder
+from labkit.hangs.run import HangReport, format_report, run_all, run_scenario
+from labkit.hangs.scenarios import DEFAULT_TIMEOUT_S, SCENARIOS, Scenario
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S", "SCENARIOS", "Diagnosis", "EnvSetting", "Event", "HangReport",
+    "LockTimeoutError", "Recorder", "Scenario", "as_environ", "diagnose", "file_lock",
+    "format_report", "load_dumps", "nccl_hang_env", "run_all", "run_scenario",
+]

@@ -1,0 +1,214 @@
+"""Run a hang scenario in a real gloo process group and report who hung it, and how fast.
+
+    labkit hang --list
+    labkit hang stuck_rank [--timeout 5] [--detail on|off] [--json] [--echo]
+    labkit hang all --json
+
+Each scenario runs under labkit's launcher (torchrun, one rank per process) with a collective
+timeout of a few seconds. The launch gets a hard limit well above it (``LAUNCH_ALLOWANCE_S``:
+starting torch in every rank on a small machine) and ends every process it started; the run
+folder is a temporary directory that is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import ParameterError
+from labkit.hangs.diagnose import diagnose, load_dumps, main_thread_stack
+from labkit.hangs.recorder import dump_folder, stacks_path
+from labkit.hangs.scenarios import DEFAULT_TIMEOUT_S, SCENARIOS
+
+Echo = Callable[[str], None]
+RANK_SCRIPT = Path(__file__).with_name("scenarios.py")
+LAUNCH_ALLOWANCE_S = 120.0  # start-up and tear-down on top of the scenario's timeout
+DETECTION_SLACK_S = 3.0  # scheduling delay a loaded 2-core machine may add to a timeout
+TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank")
+TORCHRUN_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+@dataclass
+class HangReport:
+    """What one scenario did. ``detected_within_s``: from the first start, on any rank, of the
+    collective (or lock wait) that never completed everywhere, to the first failure any rank
+    saw (timeout, mismatch, lost peer, lock timeout); both from the ranks' own clocks, so the
+    launch's start-up is not in it. None when nothing was detected."""
+
+    scenario: str
+    summary: str
+    world_size: int
+    timeout_s: float
+    detail: bool
+    detected_within_s: float | None
+    detected_by: str
+    culprit_rank: int | None
+    expected_culprit_rank: int
+    kind: str
+    op: str
+    seq: int | None
+    evidence: list[str] = field(default_factory=list)
+    stacks: dict[int, str] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+    launch_seconds: float = 0.0
+    launch_timed_out: bool = False
+
+    @property
+    def culprit_found(self) -> bool:
+        return self.culprit_rank == self.expected_culprit_rank
+
+    @property
+    def in_time(self) -> bool:
+        """Detected within the timeout plus DETECTION_SLACK_S."""
+        return self.detected_within_s is not None and \
+            self.detected_within_s <= self.timeout_s + DETECTION_SLACK_S
+
+    @property
+    def ok(self) -> bool:
+        return self.culprit_found and self.in_time and not self.launch_timed_out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "culprit_found": self.culprit_found, "in_time": self.in_time,
+                "ok": self.ok}
+
+
+def torchrun_exit_codes(output: list[str]) -> dict[int, int]:
+    """rank -> exit code from torchrun's failure summary (negative: killed by that signal)."""
+    codes, rank = {}, None
+    for line in output:
+        if m := TORCHRUN_RANK.search(line):
+            rank = int(m[1])
+        elif (m := TORCHRUN_EXIT.search(line)) and rank is not None:
+            codes[rank], rank = int(m[1]), None
+    return codes
+
+
+def _exit_evidence(codes: dict[int, int]) -> list[str]:
+    lines = []
+    for rank, code in sorted(codes.items()):
+        if code < 0 and -code != signal.SIGTERM:  # torchrun itself stops ranks with SIGTERM
+            lines.append(f"torchrun: rank {rank} was killed by {signal.Signals(-code).name}")
+    return lines
+
+
+def run_scenario(name: str, timeout_s: float | None = None, detail: bool | None = None,
+                 echo: Echo | None = None, env: dict[str, str] | None = None) -> HangReport:
+    """Launch scenario ``name`` and diagnose it. ``detail``: TORCH_DISTRIBUTED_DEBUG=DETAIL
+    (default: the scenario's choice); ``echo``: a callable for the ranks' output lines;
+    ``env``: more environment for the ranks."""
+    from labkit.dist import TIMEOUT_ENV
+    from labkit.launch import launch_local
+
+    if name not in SCENARIOS:
+        raise ParameterError(f"unknown hang scenario {name!r}; one of: {', '.join(SCENARIOS)}")
+    spec = SCENARIOS[name]
+    timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
+    if timeout_s <= 0:
+        raise ParameterError(f"the hang timeout must be positive, got {timeout_s:g}")
+    detail = spec.detail if detail is None else detail
+    env = {**(env or {}), TIMEOUT_ENV: str(timeout_s),
+           "TORCH_DISTRIBUTED_DEBUG": "DETAIL" if detail else "OFF"}
+    with tempfile.TemporaryDirectory(prefix="labkit-hang-") as run_dir:
+        started = time.monotonic()
+        result = launch_local(RANK_SCRIPT, name, str(timeout_s), nproc_per_node=spec.world_size,
+                              timeout_s=timeout_s + LAUNCH_ALLOWANCE_S, env=env, echo=echo,
+                              run_dir=run_dir)
+        seconds = time.monotonic() - started
+        folder = dump_folder(run_dir)
+        stacks = {}
+        for rank in range(spec.world_size):
+            path = stacks_path(folder, rank)
+            if path.exists() and (stack := main_thread_stack(path.read_text(errors="replace"))):
+                stacks[rank] = stack
+        found = diagnose(load_dumps(folder), spec.world_size, stacks)
+    codes = torchrun_exit_codes(result.output)
+    evidence = found.evidence + _exit_evidence(codes)
+    if result.timed_out:
+        evidence.append(f"the launch ran past its {timeout_s + LAUNCH_ALLOWANCE_S:g} s limit")
+    return HangReport(
+        scenario=name, summary=spec.summary, world_size=spec.world_size, timeout_s=timeout_s,
+        detail=detail, detected_within_s=_round(found.detected_within_s),
+        detected_by=found.detected_by, culprit_rank=found.culprit_rank,
+        expected_culprit_rank=spec.culprit, kind=found.kind, op=found.op, seq=found.seq,
+        evidence=evidence, stacks=stacks, exit_codes=codes, launch_seconds=round(seconds, 1),
+        launch_timed_out=result.timed_out,
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def run_all(timeout_s: float | None = None, detail: bool | None = None,
+            echo: Echo | None = None) -> list[HangReport]:
+    """Every scenario, one after the other."""
+    return [run_scenario(name, timeout_s, detail, echo) for name in SCENARIOS]
+
+
+def format_report(report: HangReport) -> str:
+    """A few lines for a terminal or a notebook cell."""
+    within = "not detected" if report.detected_within_s is None \
+        else f"detected in {report.detected_within_s:.2f} s (timeout {report.timeout_s:g} s)"
+    verdict = "right" if report.culprit_found else "WRONG"
+    where = f"{report.op} seq {report.seq}" if report.op else report.kind
+    lines = [f"{report.scenario}: {within} by {report.detected_by}",
+             f"  culprit: rank {report.culprit_rank} ({report.kind}, {where}); expected rank "
+             f"{report.expected_culprit_rank}: {verdict}"]
+    lines += [f"  - {line}" for line in report.evidence]
+    return "\n".join(lines)
+
+
+# --- command line (wired into labkit.cli as `labkit hang`) ----------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", nargs="?", help="a scenario name (see --list) or 'all'")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--json", action="store_true", help="print the report(s) as JSON")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"collective and lock timeout in seconds (default "
+                             f"{DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--detail", choices=("on", "off"), default=None,
+                        help="TORCH_DISTRIBUTED_DEBUG=DETAIL (default: per scenario)")
+    parser.add_argument("--echo", action="store_true", help="stream the ranks' output")
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 when every scenario run was detected in time with the right culprit, 1 if not,
+    2 for a usage error."""
+    if args.list:
+        width = max(map(len, SCENARIOS))
+        for spec in SCENARIOS.values():
+            print(f"{spec.name:<{width}}  {spec.summary} [culprit: rank {spec.culprit}; "
+                  f"{spec.world_size} ranks]")
+        return 0
+    if not args.scenario:
+        print("labkit hang: name a scenario (or 'all'), or use --list", file=sys.stderr)
+        return 2
+    if args.scenario != "all" and args.scenario not in SCENARIOS:
+        print(f"labkit hang: unknown scenario {args.scenario!r}; one of: "
+              f"{', '.join(SCENARIOS)}, all", file=sys.stderr)
+        return 2
+    if args.timeout is not None and args.timeout <= 0:
+        print(f"labkit hang: --timeout must be positive, got {args.timeout:g}", file=sys.stderr)
+        return 2
+    detail = None if args.detail is None else args.detail == "on"
+    echo = print if args.echo and not args.json else None
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    reports = []
+    for name in names:
+        report = run_scenario(name, args.timeout, detail, echo)
+        reports.append(report)
+        if not args.json:
+            print(format_report(report), flush=True)
+    if args.json:
+        data = [r.to_dict() for r in reports]
+        print(json.dumps(data if args.scenario == "all" else data[0], indent=2))
+    return 0 if all(r.ok for r in reports) else 1
