@@ -31,6 +31,7 @@ class LossInfo:
     value_loss: float
     entropy: float
     mean_rho: float | None = None  # vtrace: mean clipped importance ratio
+    policy_kl: float = 0.0  # estimate of KL(behaviour || current policy): how off-policy the data is
 
 
 def actor_critic_loss(model: ActorCritic | torch.nn.Module, rollouts: Sequence[Rollout], version: int,
@@ -69,13 +70,15 @@ def actor_critic_loss(model: ActorCritic | torch.nn.Module, rollouts: Sequence[R
     if hyper.normalize_advantages:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    norm = sample_w.sum()
-    policy_loss = -(sample_w * logp * advantages).sum() / norm
-    value_loss = 0.5 * (sample_w * (targets - values) ** 2).sum() / norm
-    entropy_mean = (sample_w * entropy).sum() / norm
+    # "Weight each sample's contribution": a weighted mean over the samples kept, so a batch
+    # that is all equally stale under ``exp`` is a smaller step, not the same one.
+    policy_loss = -(sample_w * logp * advantages).mean()
+    value_loss = 0.5 * (sample_w * (targets - values) ** 2).mean()
+    entropy_mean = (sample_w * entropy).mean()
     loss = policy_loss + hyper.value_coef * value_loss - hyper.entropy_coef * entropy_mean
     info.policy_loss, info.value_loss = policy_loss.item(), value_loss.item()
     info.entropy = entropy_mean.item()
+    info.policy_kl = (cat("behaviour_logp") - logp.detach()).mean().item()
     return loss, info
 
 
