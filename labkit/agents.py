@@ -128,6 +128,46 @@ class EnvPool:
             self.obs[i] = obs
         return rewards, done, finished
 
+    def state_dict(self) -> dict:
+        """Everything needed to continue these episodes exactly: each env's physics state,
+        step count and random generator, the current observations and running returns.
+        Only tensors, ints and strings (128-bit generator words as strings): a checkpoint of it
+        loads with ``torch.load(weights_only=True)``."""
+        envs = []
+        for env in self.envs:
+            core = env.unwrapped
+            bits = core.np_random.bit_generator.state
+            envs.append({
+                "physics": torch.as_tensor(np.asarray(core.state, dtype=np.float64)),
+                "steps_beyond_terminated": -1 if core.steps_beyond_terminated is None
+                else int(core.steps_beyond_terminated),
+                "elapsed_steps": int(env._elapsed_steps),
+                "rng": {"state": str(bits["state"]["state"]), "inc": str(bits["state"]["inc"]),
+                        "has_uint32": int(bits["has_uint32"]), "uinteger": int(bits["uinteger"])},
+            })
+        return {"envs": envs, "obs": torch.as_tensor(self.obs.copy()),
+                "running": torch.as_tensor(self.running.copy()), "delayed_s": self.delayed_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Puts every env back where :meth:`state_dict` found it."""
+        if len(state["envs"]) != len(self.envs):
+            raise ValueError(f"state holds {len(state['envs'])} envs, this pool has {len(self.envs)}")
+        for env, saved in zip(self.envs, state["envs"], strict=True):
+            core = env.unwrapped
+            core.state = saved["physics"].numpy().copy()
+            beyond = int(saved["steps_beyond_terminated"])
+            core.steps_beyond_terminated = None if beyond < 0 else beyond
+            env._elapsed_steps = int(saved["elapsed_steps"])
+            rng = saved["rng"]
+            core.np_random.bit_generator.state = {
+                "bit_generator": "PCG64",
+                "state": {"state": int(rng["state"]), "inc": int(rng["inc"])},
+                "has_uint32": int(rng["has_uint32"]), "uinteger": int(rng["uinteger"]),
+            }
+        self.obs = state["obs"].numpy().copy()
+        self.running = state["running"].numpy().copy()
+        self.delayed_s = float(state["delayed_s"])
+
     def close(self) -> None:
         for env in self.envs:
             env.close()

@@ -66,12 +66,21 @@ def test_gae_does_not_bootstrap_across_an_episode_end() -> None:
     assert advantages[1, 0] == 1.0 + 0.5 * 100.0
 
 
-def test_fixed_lag_run_is_repeatable_and_keeps_its_lag() -> None:
-    run = LagRun("drop", 3, seed=5, steps=2048, staleness=StalenessConfig("drop", max_lag=1))
+def test_exact_lag_run_is_repeatable_and_keeps_its_lag() -> None:
+    run = LagRun("drop", 3, seed=5, steps=2048, staleness=StalenessConfig("drop", max_lag=1),
+                 spread=False)
     first, second = simulate(run), simulate(run)
     assert first == second
     assert first["updates"] == 2  # warming up, lags run 0, 1, 2, 3, 3...: only lags 0 and 1 kept
     assert first["steps"] == 2048
+
+
+def test_spread_lags_mix_old_and_new() -> None:
+    """Lags drawn from 0..2*lag: drop at the mean keeps some rollouts and loses others."""
+    run = LagRun("drop", 2, seed=1, steps=4096, staleness=StalenessConfig("drop", max_lag=2))
+    result = simulate(run)
+    assert 0 < result["updates"] < 4096 // 256
+    assert result["mean_policy_kl"] is not None
 
 
 def test_sweep_runs_each_combination_in_its_own_process() -> None:
