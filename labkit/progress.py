@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -64,6 +65,28 @@ class Progress:
                 self._every *= 2
 
 
+def progress_state(progress: Progress) -> str:
+    """The progress as JSON text (for a checkpoint); time is kept as seconds elapsed."""
+    return json.dumps({
+        "seconds": progress.seconds, "env_steps": progress.env_steps, "updates": progress.updates,
+        "batches": progress.batches, "episodes": progress.episodes, "recent": list(progress.recent),
+        "solved_s": progress.solved_s, "solved_steps": progress.solved_steps,
+        "curve": progress.curve, "every": progress._every,
+    })
+
+
+def progress_from_state(text: str) -> Progress:
+    """A Progress that continues where :func:`progress_state` left it (its clock too)."""
+    raw = json.loads(text)
+    progress = Progress(started=time.monotonic() - raw["seconds"], env_steps=raw["env_steps"],
+                        updates=raw["updates"], batches=raw["batches"], episodes=raw["episodes"],
+                        solved_s=raw["solved_s"], solved_steps=raw["solved_steps"],
+                        curve=raw["curve"])
+    progress.recent.extend(raw["recent"])
+    progress._every = raw["every"]
+    return progress
+
+
 def params_sha256(model: torch.nn.Module) -> str:
     """SHA-256 of every parameter's bytes in order: equal hashes mean bitwise-equal models."""
     digest = hashlib.sha256()
@@ -73,4 +96,4 @@ def params_sha256(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["Progress", "params_sha256"]
+__all__ = ["Progress", "params_sha256", "progress_from_state", "progress_state"]
