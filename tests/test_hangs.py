@@ -217,10 +217,12 @@ def test_torchrun_exit_codes_from_its_failure_summary():
 
 
 # --- every scenario for real ---------------------------------------------------------------------
-DETECTED_BY = {  # what notices first; a dead rank's peers may be stopped by torchrun first
-    "extra_collective": ("gloo collective timeout",),
+# What notices first. A dead rank's peers may be stopped by torchrun first; when one waiting
+# rank times out and exits, a peer can record the lost connection a moment before its own timeout.
+DETECTED_BY = {
+    "extra_collective": ("gloo collective timeout", "peer connection lost"),
     "wrong_order": ("TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprint check",),
-    "shape_mismatch": ("gloo collective timeout",),
+    "shape_mismatch": ("gloo collective timeout", "peer connection lost"),
     "stuck_rank": ("monitored_barrier",),
     "dead_rank": ("peer connection lost", "torchrun stopped the ranks"),
     "lock_deadlock": ("lock wait timeout",),

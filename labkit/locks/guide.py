@@ -65,6 +65,9 @@ class GuideSkipResult:
     max_blocked_s: float
     launch_seconds: float
 
+# The guide's lock tensor lives on the CPU here (it used .cuda()): keep the group on gloo even
+# where every rank would get a GPU, since NCCL cannot all-reduce a CPU tensor.
+CPU_GROUP = {"LABKIT_BACKEND": "gloo"}
 
 def max_inside(intervals: list[tuple[float, float]]) -> int:
     """The most intervals that contain one same instant (a sweep over enter/exit events)."""
@@ -101,7 +104,7 @@ def guide_lock_overlap(url: str, ranks: int = 2, rounds: int = 5, think_s: float
     try:
         result = launch_local(RANK_SCRIPT, "overlap", ns, str(rounds), str(think_s), "-1",
                               nproc_per_node=ranks, timeout_s=timeout_s, echo=None,
-                              env={URL_ENV: url}, check=True)
+                              env={URL_ENV: url, **CPU_GROUP}, check=True)
     finally:
         delete_namespace(client, ns)
         client.close()
@@ -131,7 +134,7 @@ def guide_lock_skip(url: str, ranks: int = 3, skip_rank: int | None = None,
     try:
         result = launch_local(RANK_SCRIPT, "skip", ns, "1", "0", str(skip_rank),
                               nproc_per_node=ranks, timeout_s=check_seconds("timeout_s", limit),
-                              echo=None, env={URL_ENV: url,
+                              echo=None, env={URL_ENV: url, **CPU_GROUP,
                                               "LABKIT_COLLECTIVE_TIMEOUT": str(collective_timeout_s)})
     finally:
         delete_namespace(client, ns)
