@@ -289,6 +289,16 @@ def _read_failures(run_dir: Path) -> list[RankFailure]:
     return sorted(failures, key=lambda f: f.time)
 
 
+def _restart_env(max_restarts: int) -> dict[str, str]:
+    """With restarts, ranks get a store of their own instead of the agent's shared one: a
+    restarted attempt could read the previous attempt's keys from the shared store and fail to
+    connect or hang (pytorch/pytorch#135712). ``$TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` wins."""
+    if max_restarts < 1:
+        return {}
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE":
+            os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")}
+
+
 def launch_local(
     script: str | Path,
     *args: str,
@@ -336,6 +346,7 @@ def launch_local(
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",
             SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.dist)
+            **_restart_env(cfg.max_restarts),
             **cfg.env,
             RUN_DIR_ENV: str(folder),
             "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run

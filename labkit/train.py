@@ -66,7 +66,11 @@ class TrainConfig:
     stop_when_solved: bool = False
     nnodes: int = 1  # simulated nodes the ranks are spread over
     timeout_s: float = 900.0  # the whole launch
-    fault: str = ""  # test hook: "learner_stall:K" stops the learner at update K
+    ckpt_dir: str = ""  # sync: where checkpoints go (and a restarted job resumes from)
+    checkpoint_every_s: float = 0.0  # sync: checkpoint cadence in seconds; 0 = never
+    keep_checkpoints: int = 3  # sync: how many complete checkpoints to keep
+    max_restarts: int = 0  # torchrun restarts after a rank or node dies
+    faults: str = ""  # injected faults, labkit.faults syntax: "kill:rank=1,step=30"
 
     @property
     def world_size(self) -> int:
@@ -99,6 +103,16 @@ class TrainConfig:
             raise ParameterError("need max_inflight >= 1 and learner_batch >= 0")
         if self.learner_timeout_s <= 0 or self.timeout_s <= 0:
             raise ParameterError("timeouts must be positive")
+        if self.checkpoint_every_s < 0 or self.keep_checkpoints < 1 or self.max_restarts < 0:
+            raise ParameterError(
+                "need checkpoint_every_s >= 0, keep_checkpoints >= 1 and max_restarts >= 0")
+        if self.checkpoint_every_s > 0 and not self.ckpt_dir:
+            raise ParameterError("--checkpoint-every-s needs --ckpt-dir (where checkpoints go)")
+        if self.ckpt_dir and self.mode != "sync":
+            raise ParameterError("checkpoints and resume are implemented for --mode sync only")
+        from labkit.faults import parse_faults
+
+        parse_faults(self.faults)  # a typo fails here, not in the middle of the job
         if not 1 <= self.nnodes <= self.world_size:
             raise ParameterError(f"nnodes must be between 1 and the world size {self.world_size}")
         if self.world_size % self.nnodes:
@@ -155,7 +169,7 @@ def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = No
         result = launch_local(
             RANK_SCRIPT, cfg.to_json(), nnodes=cfg.nnodes,
             nproc_per_node=cfg.world_size // cfg.nnodes, timeout_s=cfg.timeout_s, env=env,
-            echo=echo, run_dir=run_dir, check=True,
+            echo=echo, run_dir=run_dir, check=True, max_restarts=cfg.max_restarts,
         )
     finally:
         if server is not None:
@@ -168,7 +182,8 @@ def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = No
 
 SUMMARY_KEYS = ("mode", "agents", "world_size", "env_steps", "seconds", "env_steps_per_s",
                 "updates", "updates_per_s", "final_mean_return", "eval_return",
-                "time_to_solved_s", "steps_to_solved", "mean_lag", "params_sha256")
+                "time_to_solved_s", "steps_to_solved", "mean_lag", "restarts",
+                "resumed_from_step", "lost_steps", "params_sha256")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +204,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nnodes", type=int, default=1, help="simulated nodes")
     parser.add_argument("--stop-when-solved", action="store_true")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the launch")
+    parser.add_argument("--ckpt-dir", default="", help="sync: checkpoint folder (resumes from it)")
+    parser.add_argument("--checkpoint-every-s", type=float, default=0.0,
+                        help="sync: seconds between checkpoints (0: none)")
+    parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
+    parser.add_argument("--kill-rank", type=int, default=None, help="SIGKILL this rank once...")
+    parser.add_argument("--kill-at-step", type=int, default=None, help="...at this update")
+    parser.add_argument("--faults", default="", help="labkit.faults plans, e.g. kill:rank=1,step=30")
     for f in fields(Hyper):
         flag = "--" + f.name.replace("_", "-")
         if isinstance(f.default, bool):
@@ -205,10 +228,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                      if getattr(args, f.name) is not None})
     staleness = StalenessConfig(args.staleness, args.exp_lambda, args.max_lag, args.rho_bar,
                                 args.c_bar)
+    faults = [args.faults] if args.faults else []
+    if (args.kill_rank is None) != (args.kill_at_step is None):
+        raise ParameterError("--kill-rank and --kill-at-step go together")
+    if args.kill_rank is not None:
+        faults.append(f"kill:rank={args.kill_rank},step={args.kill_at_step}")
     return TrainConfig(args.mode, args.agents, args.steps, args.seed, args.straggler_rank,
                        args.straggler_factor, staleness, hyper, args.buffer,
                        stop_when_solved=args.stop_when_solved, nnodes=args.nnodes,
-                       timeout_s=args.timeout)
+                       timeout_s=args.timeout, ckpt_dir=args.ckpt_dir,
+                       checkpoint_every_s=args.checkpoint_every_s,
+                       keep_checkpoints=args.keep_checkpoints, max_restarts=args.max_restarts,
+                       faults=";".join(faults))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from labkit.buffers.base import open_buffer
 from labkit.buffers.frame import Experience, decode, encode
 from labkit.dist import RankInfo
 from labkit.errors import LabkitError
+from labkit.faults import maybe_inject, parse_faults
 from labkit.learner import actor_critic_loss
 from labkit.progress import Progress
 from labkit.train import REDIS_ENV, TrainConfig
@@ -105,11 +106,6 @@ def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
             store.clear()
 
 
-def _stall_at(cfg: TrainConfig) -> int | None:
-    kind, _, value = cfg.fault.partition(":")
-    return int(value) if kind == "learner_stall" else None
-
-
 def _learn(cfg: TrainConfig, info: RankInfo, store: PolicyStore, url: str) -> dict[str, Any]:
     h = cfg.hyper
     seed_everything(cfg.seed)
@@ -117,15 +113,14 @@ def _learn(cfg: TrainConfig, info: RankInfo, store: PolicyStore, url: str) -> di
     optimizer = torch.optim.Adam(model.parameters(), lr=h.lr)
     buffer = open_buffer(cfg.buffer, url, agent_id=-1, agents=list(range(cfg.agents)),
                          namespace=store.ns)
-    version, stall_at = 0, _stall_at(cfg)
+    version, faults = 0, parse_faults(cfg.faults)
     store.publish(model, version)
     store.heartbeat(force=True)
     dist.barrier()  # actors start once version 0 is there
     progress, lags, ages = Progress(), [], []
     last_data, dropped, batch = time.monotonic(), 0, []
     while progress.env_steps < cfg.steps and not (cfg.stop_when_solved and progress.solved):
-        if version == stall_at:
-            time.sleep(cfg.timeout_s)  # the fault: a learner that stops answering
+        maybe_inject(faults, rank=info.rank, node=info.node_rank, step=version)
         store.heartbeat()
         experiences = buffer.pull(cfg.batch_rollouts - len(batch))
         if experiences:

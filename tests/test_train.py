@@ -82,7 +82,7 @@ def test_async_learns_and_measures_lag(leftover_processes, tmp_path) -> None:
 
 
 def test_a_silent_learner_stops_the_actors_with_its_name(leftover_processes, tmp_path) -> None:
-    cfg = small(mode="async", fault="learner_stall:2", learner_timeout_s=3.0, timeout_s=120)
+    cfg = small(mode="async", faults="stall:rank=0,step=2", learner_timeout_s=3.0, timeout_s=120)
     with pytest.raises(RankFailedError, match=r"LearnerLostError.*learner \(rank 0\)"):
         train(cfg, run_dir=tmp_path)
     assert not leftover_processes(tmp_path)
