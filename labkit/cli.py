@@ -25,6 +25,7 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from labkit import train
@@ -143,13 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("args", nargs=argparse.REMAINDER)
     launch.set_defaults(func=_launch)
 
-    train_cmd = commands.add_parser("train", help="CartPole agents: sync (DDP) or async")
-    train.add_arguments(train_cmd)
-    train_cmd.set_defaults(func=train.run)
-
-    hang = commands.add_parser("hang", help="reproduce a real hang and name its culprit")
-    hangs_cli.add_arguments(hang)
-    hang.set_defaults(func=hangs_cli.run)
+    _add(commands, "train", "CartPole agents: sync (DDP) or async", train.add_arguments,
+         train.run)
+    _add(commands, "hang", "reproduce a real hang and name its culprit",
+         hangs_cli.add_arguments, hangs_cli.run)
 
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)
@@ -166,26 +164,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench_launch.add_argument("--nproc-per-node", type=int, default=2)
     bench_launch.add_argument("--json", action="store_true")
     bench_launch.set_defaults(func=_bench_launch)
-    bench_collectives = bench.add_parser(
-        "collectives", help="nccl-tests on any backend: time, algbw, busbw, #wrong")
-    collectives.add_arguments(bench_collectives)
-    bench_collectives.set_defaults(func=collectives.run)
-    bench_buf = bench.add_parser("buffer", help="experience buffers: push, pull, end-to-end rates")
-    bench_buffer.add_arguments(bench_buf)
-    bench_buf.set_defaults(func=bench_buffer.run)
-    bench_mem = bench.add_parser("memory", help="replicated vs sharded experience: per-rank RSS")
-    bench_memory.add_memory_arguments(bench_mem)
-    bench_mem.set_defaults(func=bench_memory.run_memory)
+    _add(bench, "collectives", "nccl-tests on any backend: time, algbw, busbw, #wrong",
+         collectives.add_arguments, collectives.run)
+    _add(bench, "buffer", "experience buffers: push, pull, end-to-end rates",
+         bench_buffer.add_arguments, bench_buffer.run)
+    _add(bench, "memory", "replicated vs sharded experience: per-rank RSS",
+         bench_memory.add_memory_arguments, bench_memory.run_memory)
     for name, module, text in (
         ("sync-async", bench_sync_async, "sync DDP vs async actor-learner, with a straggler"),
-        ("staleness", bench_staleness, "staleness methods at a fixed policy lag, over seeds"),
+        ("staleness", bench_staleness, "staleness methods at a controlled policy lag, over seeds"),
         ("ddp", bench_ddp, "gradient_as_bucket_view memory; DDP vs FSDP for small agents"),
         ("locks", locks_cli, "lost updates, the guide's lock, Redis locks, fencing"),
     ):
-        sub = bench.add_parser(name, help=text)
-        module.add_arguments(sub)
-        sub.set_defaults(func=module.run)
+        _add(bench, name, text, module.add_arguments, module.run)
     return parser
+
+
+def _add(commands: argparse._SubParsersAction, name: str, text: str,
+         add_arguments: Callable[[argparse.ArgumentParser], None],
+         func: Callable[[argparse.Namespace], int]) -> None:
+    """One subcommand: its options and the function that runs it."""
+    sub = commands.add_parser(name, help=text)
+    add_arguments(sub)
+    sub.set_defaults(func=func)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,4 +82,15 @@ def actor_critic_loss(model: ActorCritic | torch.nn.Module, rollouts: Sequence[R
     return loss, info
 
 
-__all__ = ["LossInfo", "actor_critic_loss"]
+def apply_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                 max_grad_norm: float) -> float:
+    """One optimizer step: backward (under DDP this averages the gradients across ranks), clip
+    the gradient norm, step. Returns the norm before clipping."""
+    optimizer.zero_grad()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    return float(norm)
+
+
+__all__ = ["LossInfo", "actor_critic_loss", "apply_update"]

@@ -23,7 +23,7 @@ from labkit.buffers.frame import Experience, decode, encode
 from labkit.dist import RankInfo
 from labkit.errors import LabkitError
 from labkit.faults import maybe_inject, parse_faults
-from labkit.learner import actor_critic_loss
+from labkit.learner import actor_critic_loss, apply_update
 from labkit.progress import Progress
 from labkit.train import REDIS_ENV, TrainConfig
 from labkit.train_result import agent_seed, lag_stats, summarize
@@ -142,10 +142,7 @@ def _learn(cfg: TrainConfig, info: RankInfo, store: PolicyStore, url: str) -> di
         ages += [now - r.timestamp for r in rollouts]
         loss, loss_info = actor_critic_loss(model, rollouts, version, cfg.staleness, h)
         if loss is not None:
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), h.max_grad_norm)
-            optimizer.step()
+            apply_update(model, optimizer, loss, h.max_grad_norm)
             version += 1
             store.publish(model, version)
         dropped += loss_info.rollouts - loss_info.used

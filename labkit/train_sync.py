@@ -26,7 +26,7 @@ from labkit.agents import ActorCritic, EnvPool, collect, seed_everything
 from labkit.checkpoint import CheckpointManager, atomic_write, model_fingerprint
 from labkit.dist import RankInfo
 from labkit.faults import maybe_inject, parse_faults, save_hook
-from labkit.learner import actor_critic_loss
+from labkit.learner import actor_critic_loss, apply_update
 from labkit.progress import Progress, progress_from_state, progress_state
 from labkit.rng import capture_rng, restore_rng
 from labkit.staleness import StalenessConfig
@@ -79,10 +79,7 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
         rollout = collect(model, pool, h.rollout_len, generator=generator,
                           policy_version=version, agent_id=info.rank, seq=version)
         loss, _ = actor_critic_loss(ddp, [rollout], version, fresh, h)
-        optimizer.zero_grad()
-        loss.backward()  # DDP all-reduces (averages) the gradients here
-        torch.nn.utils.clip_grad_norm_(model.parameters(), h.max_grad_norm)
-        optimizer.step()
+        apply_update(model, optimizer, loss, h.max_grad_norm)  # DDP averages in backward()
         # Everyone's finished episodes in rank order, and rank 0's "checkpoint now": one small
         # all-reduce of a table, so every rank decides the same thing at the same step.
         table = torch.zeros(info.world_size, slots + 2, device=info.device)

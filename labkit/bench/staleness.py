@@ -49,7 +49,7 @@ def simulate(run: LagRun) -> dict[str, Any]:
     import torch
 
     from labkit.agents import ActorCritic, EnvPool, collect, evaluate, seed_everything
-    from labkit.learner import actor_critic_loss
+    from labkit.learner import actor_critic_loss, apply_update
     from labkit.progress import Progress
 
     torch.set_num_threads(1)
@@ -73,10 +73,7 @@ def simulate(run: LagRun) -> dict[str, Any]:
         if info.used:
             kl.append(info.policy_kl)
         if loss is not None:
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), h.max_grad_norm)
-            optimizer.step()
+            apply_update(model, optimizer, loss, h.max_grad_norm)
             used += 1
         version += 1  # the clock of versions runs on, dropped or not: lag stays fixed
         progress.record(rollout.episode_returns.tolist(), rollout.steps, loss is not None)
