@@ -9,6 +9,7 @@ The process group is only used to start together and to add up the actors' count
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -21,10 +22,11 @@ from labkit.agents import ActorCritic, EnvPool, Rollout, collect, seed_everythin
 from labkit.buffers.base import open_buffer
 from labkit.buffers.frame import Experience, decode, encode
 from labkit.dist import RankInfo
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, ServiceError
 from labkit.faults import maybe_inject, parse_faults
 from labkit.learner import actor_critic_loss, apply_update
 from labkit.progress import Progress
+from labkit.services import redact
 from labkit.train import REDIS_ENV, TrainConfig
 from labkit.train_result import agent_seed, lag_stats, summarize
 
@@ -96,14 +98,21 @@ def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
         raise LabkitError(f"async training needs ${REDIS_ENV} (labkit.train sets it)")
     namespace = f"train:{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}"
     store = PolicyStore(url, namespace, cfg.learner_timeout_s)
+    role = "the learner" if info.rank == 0 else f"actor {info.rank - 1}"
     try:
         if info.rank == 0:
             return _learn(cfg, info, store, url)
         _act(cfg, info, store, url, agent=info.rank - 1)
         return None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise ServiceError(
+            f"{role} (rank {info.rank}) lost Redis at {redact(url)} mid-run: {exc}. The run "
+            "stops here; every policy version it published was complete (one MULTI each), so "
+            "a new run can start from a checkpoint or from scratch.") from None
     finally:
-        if info.rank == 0:
-            store.clear()
+        if info.rank == 0:  # this run's keys go with it (a shared $REDIS_URL stays tidy)
+            with contextlib.suppress(redis.exceptions.RedisError):
+                store.clear()
 
 
 def _learn(cfg: TrainConfig, info: RankInfo, store: PolicyStore, url: str) -> dict[str, Any]:

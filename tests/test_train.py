@@ -86,3 +86,22 @@ def test_a_silent_learner_stops_the_actors_with_its_name(leftover_processes, tmp
     with pytest.raises(RankFailedError, match=r"LearnerLostError.*learner \(rank 0\)"):
         train(cfg, run_dir=tmp_path)
     assert not leftover_processes(tmp_path)
+
+
+def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftover_processes) -> None:
+    """Stop the server while actors and learner talk through it: a rank fails naming Redis."""
+    import threading
+
+    from labkit.services import RedisServer
+
+    server = RedisServer().start()
+    monkeypatch.setenv("REDIS_URL", server.url)
+    stopper = threading.Timer(20.0, server.stop)  # start-up takes seconds; the run many more
+    stopper.start()
+    try:
+        with pytest.raises(RankFailedError, match=r"lost Redis at redis://"):
+            train(small(mode="async", steps=2_000_000, timeout_s=180), run_dir=tmp_path)
+    finally:
+        stopper.cancel()
+        server.stop()
+    assert not leftover_processes(tmp_path)
