@@ -254,7 +254,7 @@ def run_agents(
             pump = threading.Thread(target=_pump, args=(proc.stdout, label, lines), daemon=True)
             pump.start()
             pumps.append(pump)
-        while any(p.poll() is None for p in procs):
+        while None in [p.poll() for p in procs]:  # poll every agent: any() would stop early
             drain()
             now = time.monotonic()
             if now > deadline:

@@ -67,7 +67,7 @@ class TrainConfig:
     nnodes: int = 1  # simulated nodes the ranks are spread over
     timeout_s: float = 900.0  # the whole launch
     ckpt_dir: str = ""  # sync: where checkpoints go (and a restarted job resumes from)
-    checkpoint_every_s: float = 0.0  # sync: checkpoint cadence in seconds; 0 = never
+    checkpoint_every_s: float = 0.0  # sync: checkpoint cadence in seconds; 0 = never (resume only)
     keep_checkpoints: int = 3  # sync: how many complete checkpoints to keep
     max_restarts: int = 0  # torchrun restarts after a rank or node dies
     faults: str = ""  # injected faults, labkit.faults syntax: "kill:rank=1,step=30"

@@ -86,7 +86,8 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
         ended = rollout.episode_returns
         table[info.rank, 0] = len(ended)
         table[info.rank, 1:1 + len(ended)] = ended.to(info.device)
-        due = checkpoints is not None and time.monotonic() - last_save >= cfg.checkpoint_every_s
+        due = (checkpoints is not None and cfg.checkpoint_every_s > 0
+               and time.monotonic() - last_save >= cfg.checkpoint_every_s)
         table[info.rank, -1] = float(info.rank == 0 and due)
         dist.all_reduce(table)
         rows = table.cpu().tolist()
@@ -108,7 +109,7 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
     return summarize(
         cfg, progress, model, env_steps=progress.env_steps, straggler_delay_s=float(delayed),
         lag=None, restarts=restarts, resumed_from_step=start if resumed else None,
-        lost_steps=(reached - start) * cfg.rollout_steps if resumed else 0,
+        lost_steps=(reached - start) * cfg.rollout_steps,  # redone since the last checkpoint
         skipped_checkpoints=resumed.skipped if resumed else [],
     )
 

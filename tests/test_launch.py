@@ -497,3 +497,24 @@ def test_leftover_processes_sees_a_marked_process(tmp_path, leftover_processes):
         proc.kill()
         proc.wait()
     assert leftover_processes(marked) == []
+
+
+def test_a_dead_second_node_ends_the_job_without_waiting_for_the_timeout(tmp_path,
+                                                                         leftover_processes):
+    """Node 1's agent and rank die (SIGKILL); node 0 would wait for it forever. The launcher
+    must notice any agent's death, not only the first one's."""
+    script = tmp_path / "die.py"
+    script.write_text(
+        "import time\n"
+        "from labkit.dist import setup\n"
+        "from labkit.faults import kill_node\n"
+        "info = setup()\n"
+        "if info.node_rank == 1:\n"
+        "    kill_node()\n"
+        "time.sleep(300)\n"
+    )
+    result = launch_local(script, nnodes=2, nproc_per_node=1, timeout_s=200, echo=None,
+                          run_dir=tmp_path / "run")
+    assert not result.timed_out and result.returncode != 0
+    assert -9 in result.node_returncodes
+    assert not leftover_processes(tmp_path / "run")
