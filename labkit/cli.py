@@ -15,6 +15,7 @@
     labkit bench staleness --lags 0,16,64 --seeds 0,1,2 --json
     labkit bench ddp --json
     labkit bench locks --agents 4 --increments 200 --json
+    labkit bench coordination --samples 2000 --json
     labkit hang --list
     labkit hang extra_collective --json
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 from labkit import train
 from labkit.bench import buffer as bench_buffer
 from labkit.bench import collectives
+from labkit.bench import coordination as bench_coordination
 from labkit.bench import ddp as bench_ddp
 from labkit.bench import memory as bench_memory
 from labkit.bench import staleness as bench_staleness
@@ -175,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("staleness", bench_staleness, "staleness methods at a controlled policy lag, over seeds"),
         ("ddp", bench_ddp, "gradient_as_bucket_view memory; DDP vs FSDP for small agents"),
         ("locks", locks_cli, "lost updates, the guide's lock, Redis locks, fencing"),
+        ("coordination", bench_coordination,
+         "round-trip p50/p99: TCPStore, barrier, Redis BLPOP and pub/sub, NATS request"),
     ):
         _add(bench, name, text, module.add_arguments, module.run)
     return parser
