@@ -253,11 +253,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def steps_per_update(cfg: TrainConfig) -> int:
-    """Env steps one synchronous update consumes (every agent's rollout)."""
-    return cfg.rollout_steps
-
-
 def sync_iterations(cfg: TrainConfig) -> int:
     return math.ceil(cfg.steps / cfg.rollout_steps)
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from labkit.agents import ActorCritic, EnvPool, collect, seed_everything
-from labkit.checkpoint import CheckpointManager, atomic_write, model_fingerprint
+from labkit.checkpoint import CheckpointManager, model_fingerprint
 from labkit.dist import RankInfo
 from labkit.faults import maybe_inject, parse_faults, save_hook
 from labkit.learner import actor_critic_loss, apply_update
@@ -97,9 +97,10 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
                 checkpoints.save(version + 1, _state(model, optimizer, pool, generator, progress),
                                  {"env_steps": progress.env_steps})
                 last_save = time.monotonic()
-            if info.rank == 0:
-                atomic_write(checkpoints.directory / REACHED_FILE, json.dumps(
-                    {"step": version + 1, "seconds": progress.seconds}).encode())
+            if info.rank == 0:  # a progress marker, not state: replaced, not fsynced, per update
+                marker = checkpoints.directory / REACHED_FILE
+                marker.with_suffix(".tmp").write_text(json.dumps({"step": version + 1}))
+                os.replace(marker.with_suffix(".tmp"), marker)
         if cfg.stop_when_solved and progress.solved:
             break  # every rank saw the same table: all stop at the same step
     delayed = torch.tensor([pool.delayed_s], device=info.device)

@@ -7,10 +7,9 @@ percentiles are ordered and positive, and nothing the run started is left runnin
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 import pytest
+from process_helpers import live_children
 
 from labkit.bench.coordination import (
     GUIDE_FIGURES,
@@ -26,24 +25,11 @@ from labkit.errors import ParameterError
 SAMPLES = 100
 
 
-def _children() -> set[int]:
-    """Live child processes of this test process (Linux /proc)."""
-    kids = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            kids.add(int(stat.parent.name))
-    return kids
-
-
 @pytest.fixture(scope="module")
 def report() -> dict:
-    before = _children()
+    before = live_children()
     found = measure_coordination(samples=SAMPLES, warmup=10)
-    assert _children() <= before, "the run left a server or rank process behind"
+    assert live_children() <= before, "the run left a server or rank process behind"
     return found
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 import redis
+from process_helpers import live_children
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -57,19 +58,6 @@ def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
     return True
 
 
-def _children() -> set[int]:
-    """Live child processes of this test process (Linux /proc)."""
-    kids = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            kids.add(int(stat.parent.name))
-    return kids
-
-
 @pytest.fixture(autouse=True)
 def _no_leftovers(monkeypatch, tmp_path):
     """Every test leaves no server process and no server temp dir behind. Servers make their
@@ -79,10 +67,10 @@ def _no_leftovers(monkeypatch, tmp_path):
     server_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(server_tmp))
     monkeypatch.setenv("TMPDIR", str(server_tmp))
-    before = _children()
+    before = live_children()
     yield
     services.stop_all()
-    assert _children() <= before
+    assert live_children() <= before
     assert not list(server_tmp.iterdir())
 
 
@@ -147,10 +135,10 @@ def test_redis_url_env_is_used_and_nothing_starts(monkeypatch):
             raise AssertionError("redis_url() started a server although REDIS_URL is set")
 
         monkeypatch.setattr(services, "RedisServer", no_start)
-        kids = _children()
+        kids = live_children()
         assert services.redis_url() == external.url
         assert services.redis_client().ping()
-        assert _children() == kids
+        assert live_children() == kids
         assert not services._shared
 
 
