@@ -18,6 +18,10 @@
     labkit bench coordination --samples 2000 --json
     labkit hang --list
     labkit hang extra_collective --json
+    labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@15,preempt:2@35,kill:1@55 --json
+    labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_CONTROL_REDIS_URL)
+    labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
+    labkit partition collective --nodes 3 --timeout 5 --json
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import train
+from labkit import elastic, train
 from labkit.bench import buffer as bench_buffer
 from labkit.bench import collectives
 from labkit.bench import coordination as bench_coordination
@@ -151,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add(commands, "hang", "reproduce a real hang and name its culprit",
          hangs_cli.add_arguments, hangs_cli.run)
 
+    _add(commands, "elastic", "nodes join and leave a running job (torchrun MIN:MAX)",
+         elastic.add_arguments, elastic.run_from_args)
+    for name, text in (("agents", "the control plane: agent heartbeats and fleet status in Redis"),
+                       ("partition", "split brain: elections and collectives with a node cut off")):
+        passthrough = commands.add_parser(name, help=text, add_help=False)
+        passthrough.add_argument("args", nargs=argparse.REMAINDER)
+        passthrough.set_defaults(func=_passthrough(name))
+
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)
     nccl_check = nccl.add_parser(
@@ -182,6 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         _add(bench, name, text, module.add_arguments, module.run)
     return parser
+
+
+def _passthrough(name: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand that is its module's own command line (``python -m labkit.<module>``)."""
+
+    def run(args: argparse.Namespace) -> int:
+        if name == "agents":
+            from labkit.control import main as module_main
+        else:
+            from labkit.partition import main as module_main
+        return module_main(args.args)
+
+    return run
 
 
 def _add(commands: argparse._SubParsersAction, name: str, text: str,

@@ -88,8 +88,8 @@ def launch_hosts(
     """Run the job on real hosts over ssh, all nodes at once, output prefixed by host."""
     commands = ssh_commands(hosts, nproc_per_node, script, args, **options)
     started = time.monotonic()
-    codes, output, timed_out = run_agents(commands, list(hosts), dict(os.environ), timeout_s,
-                                          echo)
+    codes, output, timed_out, _ = run_agents(commands, list(hosts), dict(os.environ),
+                                             timeout_s, echo)
     return LaunchResult(
         returncode=0 if all(c == 0 for c in codes) else 1, node_returncodes=codes,
         seconds=time.monotonic() - started, timed_out=timed_out, output=output, failures=[],

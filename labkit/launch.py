@@ -16,6 +16,7 @@ import math
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,8 @@ from labkit.proctree import MARK_ENV, end_launch
 from labkit.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
 
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
+NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
+LAST_CALL_S = 2  # elastic rendezvous: how long a round waits for more nodes past the minimum
 
 Echo = Callable[[str], None]
 
@@ -77,6 +80,7 @@ class LaunchResult:
     published: Any
     commands: list[list[str]]
     timeout_s: float
+    events: list[FleetEvent] = field(default_factory=list)  # what on_tick did to the nodes
 
     @property
     def ok(self) -> bool:
@@ -117,6 +121,16 @@ class LaunchConfig:
     timeout_s: float = 300.0
     env: dict[str, str] = field(default_factory=dict)
     join_timeout_s: float | None = None  # how long an agent waits for the others to join
+    max_nnodes: int | None = None  # elastic: torchrun --nnodes=nnodes:max_nnodes
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_nnodes is not None and self.max_nnodes != self.nnodes
+
+    @property
+    def nnodes_arg(self) -> str:
+        """torchrun's ``--nnodes``: ``N``, or ``MIN:MAX`` for an elastic job."""
+        return f"{self.nnodes}:{self.max_nnodes}" if self.elastic else str(self.nnodes)
 
     def validate(self) -> None:
         if self.nnodes < 1 or self.nproc_per_node < 1:
@@ -124,6 +138,9 @@ class LaunchConfig:
                 f"need at least 1 node and 1 rank per node, got nnodes={self.nnodes}, "
                 f"nproc_per_node={self.nproc_per_node}"
             )
+        if self.max_nnodes is not None and self.max_nnodes < self.nnodes:
+            raise LaunchError(f"max_nnodes={self.max_nnodes} is below nnodes={self.nnodes}: an "
+                              "elastic job runs on nnodes (the minimum) to max_nnodes nodes")
         if self.max_restarts < 0:
             raise LaunchError(f"max_restarts must be >= 0, got {self.max_restarts}")
         if self.timeout_s <= 0:
@@ -144,7 +161,7 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def torchrun_args(
-    nnodes: int,
+    nnodes: int | str,
     nproc_per_node: int,
     endpoint: str,
     run_id: str,
@@ -191,14 +208,17 @@ def local_node_command(
     """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
     wait = cfg.join_timeout_s if cfg.join_timeout_s is not None else min(cfg.timeout_s, 600)
     join_timeout = max(1, math.ceil(wait))
+    # An elastic round closes LAST_CALL_S after its minimum joined (torchrun's default: 30 s).
+    last_call = f",last_call_timeout={LAST_CALL_S}" if cfg.elastic else ""
     extra = [
         f"--local-addr={network.address(node)}",
-        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}",
+        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}"
+        f"{last_call}",
     ]
     return [
         *network.command_prefix(node), sys.executable, "-m", "torch.distributed.run",
-        *torchrun_args(cfg.nnodes, cfg.nproc_per_node, f"{network.address(0)}:{port}", run_id,
-                       cfg.max_restarts, extra),
+        *torchrun_args(cfg.nnodes_arg, cfg.nproc_per_node, f"{network.address(0)}:{port}",
+                       run_id, cfg.max_restarts, extra),
         "-m", "labkit.worker", str(cfg.script), *map(str, cfg.args),
     ]
 
@@ -210,6 +230,130 @@ def _pump(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a te
     stream.close()
 
 
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something a scheduler did to a node during a launch, ``seconds`` after it started."""
+
+    seconds: float
+    node: int
+    action: str  # "start", "terminate" (SIGTERM: a preemption notice), "kill", "freeze"
+
+
+class Fleet:
+    """The running agents of one launch, as a scheduler sees them: start a node late (scale
+    up), send it a preemption notice (SIGTERM to its torchrun agent, which forwards it to its
+    ranks and gives them 30 s) or take it away hard (SIGKILL the agent and its ranks).
+
+    ``launch_local(on_tick=f)`` calls ``f(fleet)`` about every 50 ms while the job runs."""
+
+    def __init__(self, commands: list[list[str]], labels: list[str], env: dict[str, str],
+                 lines: queue.Queue) -> None:
+        self._commands, self._labels, self._env, self._lines = commands, labels, env, lines
+        self.procs: list[subprocess.Popen | None] = [None] * len(commands)
+        self.pumps: list[threading.Thread] = []
+        self.events: list[FleetEvent] = []
+        self.departed: set[int] = set()  # nodes terminated, killed or frozen on purpose
+        self.frozen: dict[int, list[int]] = {}  # node: its stopped pids (agent first)
+        self.started_at = time.monotonic()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def _record(self, node: int, action: str) -> None:
+        self.events.append(FleetEvent(round(self.elapsed_s, 3), node, action))
+
+    def start(self, node: int) -> None:
+        """Start node ``node``'s agent (once); in an elastic job it joins the running one."""
+        if self.procs[node] is not None:
+            raise LaunchError(f"node {node} was started already")
+        proc = subprocess.Popen(
+            self._commands[node], env={**self._env, NODE_ENV: str(node)}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True,
+        )
+        self.procs[node] = proc
+        pump = threading.Thread(target=_pump, args=(proc.stdout, self._labels[node], self._lines),
+                                daemon=True)
+        pump.start()
+        self.pumps.append(pump)
+        self._record(node, "start")
+
+    def running(self, node: int) -> bool:
+        proc = self.procs[node]
+        return proc is not None and proc.poll() is None and node not in self.departed
+
+    def terminate(self, node: int) -> None:
+        """A preemption notice: SIGTERM to the node's agent (torchrun passes it to its ranks)."""
+        self._signal(node, signal.SIGTERM, "terminate")
+
+    def kill(self, node: int) -> None:
+        """The node is gone at once: SIGKILL its agent and the agent's ranks (torchrun ranks
+        live in sessions of their own and would outlive a killed agent)."""
+        proc = self.procs[node]
+        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
+        self._signal(node, signal.SIGKILL, "kill")
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def freeze(self, node: int) -> None:
+        """The node stops answering but its sockets stay open (a hung host, a network that
+        drops packets): SIGSTOP its agent and ranks. Peers learn only from their timeouts."""
+        proc = self.procs[node]
+        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
+        self._signal(node, signal.SIGSTOP, "freeze")
+        self.frozen[node] = [proc.pid, *ranks]
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
+    def unfreeze_all(self) -> None:
+        """SIGKILL what was frozen: a stopped process would sit on a SIGTERM forever."""
+        for pids in self.frozen.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.frozen.clear()
+
+    @property
+    def waiting_for(self) -> list[subprocess.Popen]:
+        """The agents the job still waits for: started, not frozen, not exited."""
+        return [p for node, p in enumerate(self.procs)
+                if p is not None and node not in self.frozen and p.poll() is None]
+
+    def _signal(self, node: int, sig: int, action: str) -> None:
+        proc = self.procs[node]
+        if proc is None or proc.poll() is not None:
+            raise LaunchError(f"node {node} is not running")
+        self.departed.add(node)
+        proc.send_signal(sig)
+        self._record(node, action)
+
+    @property
+    def started(self) -> list[subprocess.Popen]:
+        return [p for p in self.procs if p is not None]
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux /proc; empty elsewhere)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:  # comm may hold ')' and spaces
+            found.append(int(entry.parent.name))
+    return found
+
+
 def run_agents(
     commands: list[list[str]],
     labels: list[str],
@@ -217,19 +361,20 @@ def run_agents(
     timeout_s: float,
     echo: Echo | None = print,
     fail_fast: bool = True,
-) -> tuple[list[int | None], list[str], bool]:
-    """Start the agent commands in parallel, stream their output, enforce the timeout.
+    initial: int | None = None,
+    on_tick: Callable[[Fleet], None] | None = None,
+) -> tuple[list[int | None], list[str], bool, Fleet]:
+    """Start the first ``initial`` agent commands (default: all) in parallel, stream their
+    output, call ``on_tick(fleet)`` as the job runs, enforce the timeout.
 
     Every process they start carries a launch mark in its environment, so whatever happens
     (success, failure, timeout, an exception here) nothing of the launch outlives this call.
-    Returns (exit codes, output lines, timed_out).
+    Returns (exit codes, None for a node never started; output lines; timed_out; the fleet).
     """
     mark = uuid.uuid4().hex
-    env = {**env, MARK_ENV: mark}
     lines: queue.Queue[str] = queue.Queue()
+    fleet = Fleet(commands, labels, {**env, MARK_ENV: mark}, lines)
     output: list[str] = []
-    procs: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
     timed_out = False
     deadline = time.monotonic() + timeout_s
     failed_at: float | None = None
@@ -245,38 +390,34 @@ def run_agents(
                 echo(line)
 
     try:
-        for command, label in zip(commands, labels, strict=True):
-            proc = subprocess.Popen(
-                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-            )
-            procs.append(proc)
-            pump = threading.Thread(target=_pump, args=(proc.stdout, label, lines), daemon=True)
-            pump.start()
-            pumps.append(pump)
-        while None in [p.poll() for p in procs]:  # poll every agent: any() would stop early
+        for node in range(len(commands) if initial is None else initial):
+            fleet.start(node)
+        while fleet.waiting_for:  # polls every agent (a frozen one never ends by itself)
             drain()
+            if on_tick is not None:
+                on_tick(fleet)
             now = time.monotonic()
             if now > deadline:
                 timed_out = True
                 break
-            if fail_fast and any(p.returncode not in (None, 0) for p in procs):
+            if fail_fast and any(p.returncode not in (None, 0) for p in fleet.started):
                 failed_at = failed_at or now
                 if now - failed_at > FAIL_FAST_GRACE_S:
                     break
             time.sleep(0.05)
     finally:
-        end_launch(mark, {p.pid for p in procs})
-        for proc in procs:
+        fleet.unfreeze_all()
+        end_launch(mark, {p.pid for p in fleet.started})
+        for proc in fleet.started:
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for pump in pumps:
+        for pump in fleet.pumps:
             pump.join(timeout=5)
         drain()
-    return [p.returncode for p in procs], output, timed_out
+    return [None if p is None else p.returncode for p in fleet.procs], output, timed_out, fleet
 
 
 def _read_failures(run_dir: Path) -> list[RankFailure]:
@@ -313,6 +454,8 @@ def launch_local(
     join_timeout_s: float | None = None,
     nodes_started: int | None = None,
     network: NodeNetwork | None = None,
+    max_nnodes: int | None = None,
+    on_tick: Callable[[Fleet], None] | None = None,
 ) -> LaunchResult:
     """Run ``script`` on ``nnodes`` simulated nodes x ``nproc_per_node`` ranks on this machine.
 
@@ -322,13 +465,22 @@ def launch_local(
     ``nodes_started=k`` starts only the first k agents of the job: what a node that never
     shows up does to the others (they wait ``join_timeout_s`` for it, then fail).
     ``network`` places the nodes (default: all on 127.0.0.1; see ``labkit.netlab``).
+
+    Elastic: with ``max_nnodes`` above ``nnodes`` the job runs on ``nnodes`` to ``max_nnodes``
+    agents (torchrun ``--nnodes=MIN:MAX``); ``nodes_started`` agents start at once and
+    ``on_tick(fleet)`` (a :class:`Fleet`) starts, preempts or kills nodes while it runs. Nodes
+    leaving is then normal: no fail-fast, and the job succeeded when every node that was not
+    taken away on purpose exited 0. torchrun restarts the ranks at each membership change (a
+    node joining does not use up ``max_restarts``; a node leaving does).
     """
     cfg = LaunchConfig(str(script), args, nnodes, nproc_per_node, max_restarts, timeout_s,
-                       dict(env or {}), join_timeout_s)
+                       dict(env or {}), join_timeout_s, max_nnodes)
     cfg.validate()
+    all_nodes = max_nnodes or nnodes
     started_nodes = nnodes if nodes_started is None else nodes_started
-    if not 1 <= started_nodes <= nnodes:
-        raise LaunchError(f"nodes_started must be between 1 and nnodes={nnodes}")
+    if not 1 <= started_nodes <= all_nodes:
+        bound = f"max_nnodes={max_nnodes}" if cfg.elastic else f"nnodes={nnodes}"
+        raise LaunchError(f"nodes_started must be between 1 and {bound}")
     own_dir = run_dir is None
     folder = Path(tempfile.mkdtemp(prefix="labkit-launch-") if own_dir else run_dir)
     folder.mkdir(parents=True, exist_ok=True)  # ranks write published.json and failures/ here
@@ -340,7 +492,7 @@ def launch_local(
         port, run_id = free_port(), uuid.uuid4().hex[:12]
         network = network or LOOPBACK
         commands = [local_node_command(cfg, node, port, run_id, network)
-                    for node in range(started_nodes)]
+                    for node in range(all_nodes)]
         agent_env = {
             **os.environ,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -352,19 +504,22 @@ def launch_local(
             "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
         }
         started = time.monotonic()
-        codes, output, timed_out = run_agents(
-            commands, [f"torchrun{i}" for i in range(started_nodes)], agent_env, timeout_s, echo
+        codes, output, timed_out, fleet = run_agents(
+            commands, [f"torchrun{i}" for i in range(all_nodes)], agent_env, timeout_s, echo,
+            fail_fast=not cfg.elastic, initial=started_nodes, on_tick=on_tick,
         )
+        stayed = [c for node, c in enumerate(codes) if c is not None and node not in fleet.departed]
         result = LaunchResult(
-            returncode=0 if all(c == 0 for c in codes) else 1,
-            node_returncodes=codes,
+            returncode=0 if stayed and all(c == 0 for c in stayed) else 1,
+            node_returncodes=codes[:started_nodes] if on_tick is None else codes,
             seconds=time.monotonic() - started,
             timed_out=timed_out,
             output=output,
             failures=_read_failures(folder),
             published=read_published(folder),
-            commands=commands,
+            commands=commands[:started_nodes] if on_tick is None else commands,
             timeout_s=timeout_s,
+            events=fleet.events,
         )
     finally:
         shutil.rmtree(folder if own_dir else scratch, ignore_errors=True)
