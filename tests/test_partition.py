@@ -1,0 +1,183 @@
+"""Split brain on real processes: leader election and gloo collectives with one node cut off.
+
+The rules and the phase sweep are checked on made-up samples anywhere; the experiments need
+root and iproute2 (a lab network) and are skipped with ``netlab.available()``'s reason
+otherwise. Every experiment test checks that no namespace of this process and no process of
+the experiment (member, rank, torchrun agent) is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import netlab, partition
+from labkit.netlab import PREFIX, NetLab, NetLabError
+from labkit.partition import (
+    Sample,
+    collective_partition,
+    cut,
+    decide,
+    election_experiment,
+    heal,
+    majority,
+    summarize_phase,
+)
+
+OK, WHY = netlab.available()
+needs_lab = pytest.mark.skipif(not OK, reason=f"no lab network here: {WHY}")
+
+
+def netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def experiment_processes() -> list[str]:
+    """Children of this process (zombies too) and any member or rank process still running."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() or "labkit.partition member" in cmdline \
+                or "partition_rank.py" in cmdline:
+            found.append(f"{entry.name}: {cmdline.strip()}")
+    return found
+
+
+@pytest.fixture
+def leaves_nothing():
+    yield
+    assert [n for n in netns() if n.startswith(f"{PREFIX}{os.getpid()}x")] == []
+    assert experiment_processes() == []
+
+
+# --- the rules and the sweep, no network needed ---------------------------------------------
+def test_majority_and_rules():
+    assert [majority(n) for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]
+    assert decide(0, {0, 1, 2}, 3, "naive") == (True, True)
+    assert decide(2, {2}, 3, "naive") == (True, True)  # alone, and still sure it leads
+    assert decide(1, {0, 1}, 3, "naive") == (False, True)
+    assert decide(0, {0, 1}, 3, "quorum") == (True, True)
+    assert decide(1, {0, 1}, 3, "quorum") == (False, True)
+    assert decide(2, {2}, 3, "quorum") == (False, False)  # minority: steps down, stops
+    assert decide(0, {0}, 2, "quorum") == (False, False)  # 1 of 2 is no majority
+    with pytest.raises(ValueError, match="rule"):
+        decide(0, {0}, 2, "bully")
+
+
+def test_phase_sweep_measures_overlapping_leadership():
+    def s(t: float, node: int, leader: bool, working: bool = True) -> Sample:
+        return Sample(t, node, leader, working, [node])
+
+    samples = [s(-0.1, 0, True), s(-0.1, 1, False),  # before the phase: carried in
+               s(0.2, 1, True), s(0.5, 0, False), s(0.6, 1, True, working=False)]
+    phase = summarize_phase(samples, "cut", 0.0, 1.0, 2)
+    assert phase.leaders == [0, 1] and phase.leaders_at_end == [1]
+    assert phase.split_brain and phase.max_simultaneous_leaders == 2
+    assert phase.split_brain_s == pytest.approx(0.3)  # 0.2 .. 0.5
+    assert phase.working_at_end == [0] and phase.working_throughout == [0]
+    calm = summarize_phase(samples, "later", 0.55, 1.0, 2)
+    assert not calm.split_brain and calm.leaders == [1]
+
+
+def test_experiments_need_a_lab_network(monkeypatch):
+    monkeypatch.setattr(partition, "available", lambda: (False, "needs root, says the test"))
+    with pytest.raises(NetLabError, match="says the test"):
+        election_experiment(3, "naive", 2)
+    with pytest.raises(NetLabError, match="says the test"):
+        collective_partition()
+
+
+# --- real processes in network namespaces --------------------------------------------------
+@needs_lab
+def test_cut_and_heal_unplug_a_node(leaves_nothing):
+    with NetLab(3) as lab:
+        cut(lab, 2)
+        assert not lab.ping(0, 2, timeout_s=1) and not lab.ping(2, 1, timeout_s=1)
+        assert lab.ping(0, 1)  # the others still reach each other
+        heal(lab, 2)
+        # The first connection after the heal can be lost while the neighbour (ARP) entries
+        # that failed during the cut are resolved again: retry for a few seconds.
+        deadline = time.monotonic() + 10
+        while not lab.ping(0, 2, timeout_s=1):
+            assert time.monotonic() < deadline, "node 2 unreachable 10 s after the heal"
+        assert lab.ping(2, 1)
+        with pytest.raises(NetLabError):
+            cut(lab, 3)
+
+
+@needs_lab
+def test_an_error_mid_experiment_still_heals_and_cleans_up(monkeypatch, leaves_nothing):
+    real_cut = partition.cut
+
+    def cut_then_fail(lab: NetLab, node: int) -> None:
+        real_cut(lab, node)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(partition, "cut", cut_then_fail)
+    with pytest.raises(RuntimeError, match="boom"):
+        election_experiment(3, "naive", 2)
+
+
+@needs_lab
+@pytest.mark.parametrize("nodes,rule", [(3, "naive"), (3, "quorum"), (2, "naive"),
+                                        (2, "quorum")])
+def test_election_under_a_partition(nodes, rule, leaves_nothing):
+    cut_node = nodes - 1
+    result = election_experiment(nodes, rule, cut_node)
+    print(partition.format_election(result))
+    healthy, during, healed = (result.phase(n) for n in ("healthy", "cut", "healed"))
+    everyone = list(range(nodes))
+
+    # Healthy, and again once healed: one leader (node 0), everyone at work.
+    assert healthy.leaders == [0] and not healthy.split_brain
+    assert healthy.working_throughout == everyone
+    assert healed.leaders_at_end == [0] and healed.working_at_end == everyone
+    # Every node notices the cut within the liveness window plus a few ticks, and the heal.
+    assert all(d is not None and d < partition.ALIVE_S + 0.5 for d in result.detect_s.values())
+    assert all(r is not None and r < 1.0 for r in result.rejoin_s.values())
+
+    if rule == "naive":  # 2 or 3 nodes alike: the cut node crowns itself, node 0 stays leader
+        assert during.leaders_at_end == [0, cut_node] and during.split_brain
+        assert during.split_brain_s > 1.0  # most of the 2 s cut, not a blip
+        assert during.working_at_end == everyone  # both sides carry on: diverging work
+    elif nodes == 3:  # quorum, 3 nodes: the majority side keeps one leader and keeps working
+        assert during.max_simultaneous_leaders == 1 and not result.split_brain
+        assert during.leaders == [0] and during.working_throughout == [0, 1]
+        assert during.working_at_end == [0, 1]  # the cut node stood down
+    else:  # quorum, 2 nodes: no side has a majority, so nobody may work
+        assert not result.split_brain and during.leaders_at_end == []
+        assert during.working_at_end == []
+
+
+@needs_lab
+def test_collective_under_a_partition_fails_on_every_rank(leaves_nothing):
+    timeout_s = 3.0
+    result = collective_partition(nodes=3, cut_node=2, timeout_s=timeout_s)
+    print(partition.format_collective(result))
+    assert not result.launch_timed_out
+    assert sorted(r.node for r in result.ranks) == [0, 1, 2]
+    # No rank completes an all_reduce after the cut, and none errors early (TCP does not notice
+    # a pulled cable): every rank, majority side included, fails at the collective timeout.
+    assert result.all_failed, "\n".join(result.output_tail)
+    timed_out = f"Timed out waiting {timeout_s * 1000:.0f}ms"
+    for r in result.ranks:
+        assert r.iterations >= partition.WARMUP_ITERATIONS and r.iterations_after_cut <= 1
+        assert timeout_s - 0.2 <= r.failed_after_s <= timeout_s + 3, r
+        # A majority-side rank may hear first that a peer on its side gave up (the peer's
+        # timeout closes its connections): "Connection closed by peer", a few ms earlier.
+        assert timed_out in r.error or "Connection closed by peer" in r.error, r
+    cut_rank = next(r for r in result.ranks if r.node == 2)
+    assert timed_out in cut_rank.error  # nothing reaches it: it can only time out
+    assert result.healed_after_s is not None  # healed once all had failed
+    assert all(code not in (0, None) for code in result.node_returncodes)
