@@ -137,3 +137,12 @@ def test_doctor_json():
     names = [c["name"] for c in checks]
     assert {"python", "torch", "redis", "nats"} <= set(names)
     assert proc.returncode == (0 if all(c["ok"] for c in checks) else 1)
+
+
+def test_orchestration_commands_are_wired():
+    proc = labkit("elastic", "--changes", "kill:0@5")
+    assert proc.returncode == 2 and "node 0 hosts the c10d rendezvous store" in proc.stderr
+    proc = labkit("agents", "status", "--redis", "redis://127.0.0.1:1", "--job", "j")
+    assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr
+    proc = labkit("partition", "election", "--help")
+    assert proc.returncode == 0 and "--rule" in proc.stdout
