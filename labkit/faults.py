@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from labkit.errors import ParameterError
+from labkit.proctree import children, parent_pid
 
 FAULTS_ENV = "LABKIT_FAULTS"
 KINDS = {"kill": "rank", "kill_in_save": "rank", "kill_node": "node", "stall": "rank"}
@@ -101,11 +102,6 @@ def _say(message: str) -> None:
     print(f"[fault] {message}", flush=True)
 
 
-def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[1])  # comm may hold spaces and ')'
-
-
 def _is_torchrun(pid: int) -> bool:
     args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     return "torch.distributed.run" in args or any(Path(a).name == "torchrun" for a in args[:2])
@@ -122,22 +118,10 @@ def torchrun_agent_pid() -> int:
         try:
             if _is_torchrun(pid):
                 return pid
-            pid = _parent(pid)
+            pid = parent_pid(pid)
         except (OSError, ValueError, IndexError):
             break
     raise RuntimeError(f"no torchrun agent among this process's ancestors (parent {parent})")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if _parent(int(entry.name)) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
 
 
 def kill_node() -> None:
@@ -146,7 +130,7 @@ def kill_node() -> None:
     Killing only the agent is not enough: torchrun starts ranks in sessions of their own and
     without a parent-death signal, so they would run on, orphaned."""
     agent = torchrun_agent_pid()
-    siblings = [pid for pid in _children(agent) if pid != os.getpid()]
+    siblings = [pid for pid in children(agent) if pid != os.getpid()]
     for pid in (agent, *siblings):
         try:
             os.kill(pid, signal.SIGKILL)

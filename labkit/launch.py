@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from labkit.dist import SIMULATED_ENV
 from labkit.errors import LaunchError, ParameterError
 from labkit.ports import free_port
-from labkit.proctree import MARK_ENV, end_launch
+from labkit.proctree import MARK_ENV, children, end_launch
 from labkit.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
 
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
@@ -339,19 +339,6 @@ class Fleet:
     @property
     def started(self) -> list[subprocess.Popen]:
         return [p for p in self.procs if p is not None]
-
-
-def children(pid: int) -> list[int]:
-    """The direct children of ``pid`` (Linux /proc; empty elsewhere)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            stat = entry.read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:  # comm may hold ')' and spaces
-            found.append(int(entry.parent.name))
-    return found
 
 
 def run_agents(

@@ -34,6 +34,25 @@ def _marked_linux(mark: str) -> set[int]:
     return found
 
 
+def parent_pid(pid: int) -> int:
+    """The parent of ``pid``, from /proc (Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # comm may hold spaces and ')'
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux /proc; empty elsewhere)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if parent_pid(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def _descendants_ps(roots: set[int]) -> set[int]:
     out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}
