@@ -18,7 +18,7 @@
     labkit bench coordination --samples 2000 --json
     labkit hang --list
     labkit hang extra_collective --json
-    labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@15,preempt:2@35,kill:1@55 --json
+    labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@10,preempt:2@60,kill:1@85 --json
     labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_CONTROL_REDIS_URL)
     labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
     labkit partition collective --nodes 3 --timeout 5 --json
@@ -219,6 +219,9 @@ def _add(commands: argparse._SubParsersAction, name: str, text: str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["agents"], ["partition"]):  # their own command lines, --help included
+        return _passthrough(argv[0])(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -1,6 +1,6 @@
 """Elastic membership: a job on MIN..MAX simulated nodes that nodes join and leave mid-run.
 
-    labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@15,preempt:2@35,kill:1@55 --json
+    labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@10,preempt:2@60,kill:1@85 --json
 
 torchrun's elastic agent does the orchestration (``--nnodes=MIN:MAX``, c10d rendezvous): a node
 that joins makes every agent restart its ranks into a bigger group; a node that leaves makes
@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ class ElasticConfig:
     """What the ranks train: ``steps`` updates of a small MLP on a fixed global batch."""
 
     ckpt_dir: str = ""
-    steps: int = 100
+    steps: int = 120
     global_batch: int = 96
     dim: int = 16
     hidden: int = 64
@@ -95,7 +96,9 @@ class NodeChange:
 
 
 def parse_changes(text: str) -> list[NodeChange]:
-    """``"join:2@20,preempt:2@45"`` as NodeChanges (in order; each waits for the one before)."""
+    """``"join:2@20,preempt:2@45"`` as NodeChanges, in order. Each waits for the one before to
+    take effect (a group formed after it), then for its step; a joining node boots for seconds
+    while the old group trains on, so space the steps out or a group may last only a few."""
     changes = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         match = _CHANGE.match(part)
@@ -179,6 +182,7 @@ class ElasticRun:
     final: dict[str, Any] | None
     seconds: float
     ended_after_finish: list[int] = field(default_factory=list)  # agents stuck in exit barrier
+    started_at: float = 0.0  # wall clock (time.time()) when the launch began: events count from it
     output: list[str] = field(default_factory=list, repr=False)  # the agents' and ranks' lines
 
     @property
@@ -295,6 +299,7 @@ def run_elastic(
         Path(cfg.ckpt_dir).mkdir(parents=True, exist_ok=True)
         log = Path(cfg.ckpt_dir) / PROGRESS_FILE
         scheduler = _Scheduler(log, plan, cfg.steps)
+        started_at = time.time()
         result = launch_local(
             RANK_SCRIPT, cfg.to_json(), nnodes=min_nodes, max_nnodes=max_nodes,
             nproc_per_node=nproc_per_node, nodes_started=start_nodes, max_restarts=max_restarts,
@@ -309,7 +314,7 @@ def run_elastic(
     return ElasticRun(ok, min_nodes, max_nodes, [str(c) for c in plan],
                       result.events, segments_of(records), records,
                       result.published if done else None, result.seconds,
-                      scheduler.ended_after_finish, result.output)
+                      scheduler.ended_after_finish, started_at, result.output)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,9 +328,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-nodes", type=int, default=3, help="the job's maximum (MAX)")
     parser.add_argument("--start-nodes", type=int, default=2, help="nodes started at once")
     parser.add_argument("--nproc-per-node", type=int, default=1)
-    parser.add_argument("--changes", default="join:2@15,preempt:2@35,kill:1@55",
+    parser.add_argument("--changes", default="join:2@10,preempt:2@60,kill:1@85",
                         help="ACTION:NODE@STEP,... with ACTION join, preempt, kill or freeze")
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--checkpoint-every", type=int, default=10, help="steps")
     parser.add_argument("--work-s", type=float, default=0.2, help="simulated compute per step")
     parser.add_argument("--max-restarts", type=int, default=10)
