@@ -2,6 +2,8 @@
 
     labkit doctor [--json]
     labkit course run [--smoke] [--only 01 03] [--out DIR]
+    labkit course student --out student/ [03 05 ...] [--force]
+    labkit course check student/03_collectives_and_bandwidth.ipynb [--smoke] [--json]
     labkit launch --nnodes 2 --nproc-per-node 2 script.py [args...]
     labkit launch --hosts 10.0.0.1,10.0.0.2 --nproc-per-node 8 --dry-run train.py
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
@@ -69,6 +71,26 @@ def _course_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _course_student(args: argparse.Namespace) -> int:
+    from labkit.workshop import write_student_copies
+
+    copies = write_student_copies(args.notebooks, args.out, only=args.only or None,
+                                  force=args.force)
+    for path, count in copies:
+        print(f"{path.name}: {count} exercise{'s' * (count != 1)}")
+    print(f"wrote {len(copies)} student cop{'ies' if len(copies) != 1 else 'y'} to {args.out}")
+    return 0
+
+
+def _course_check(args: argparse.Namespace) -> int:
+    from labkit.workshop import check_notebook, format_report, locate
+
+    report = check_notebook(locate(args.notebook, args.notebooks), smoke=args.smoke,
+                            timeout=args.cell_timeout, output=args.output)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
+    return 0 if report.ok else 1
+
+
 def _launch(args: argparse.Namespace) -> int:
     from labkit import cluster, launch
 
@@ -133,6 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(func=_course_run)
+    student = course.add_parser(
+        "student", help="write student copies: solutions become stubs that say 'not done'")
+    student.add_argument("--out", required=True, help="folder for the copies (not notebooks/)")
+    student.add_argument("only", nargs="*", metavar="NOTEBOOK",
+                         help="notebook ids or names, e.g. 03 (default: all)")
+    student.add_argument("--notebooks", default="notebooks", help="notebook folder")
+    student.add_argument("--force", action="store_true", help="overwrite existing copies")
+    student.set_defaults(func=_course_student)
+    check = course.add_parser("check", help="run a learner's notebook and check its exercises")
+    check.add_argument("notebook", help="the learner's .ipynb (or an id in --notebooks)")
+    check.add_argument("--smoke", action="store_true", help="smoke sizes from smoke.yml")
+    check.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    check.add_argument("--notebooks", default="notebooks", help="folder for an id like 03")
+    check.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell")
+    check.add_argument("--output", help="keep the executed notebook (tracebacks) here")
+    check.set_defaults(func=_course_check)
 
     launch = commands.add_parser("launch", help="run a script on N nodes x P ranks (torchrun)")
     launch.add_argument("--nnodes", type=int, default=1, help="simulated nodes (agents)")
