@@ -159,7 +159,9 @@ def guide_cost_checks(rows: Sequence[GuideCost] | None = None) -> list[GuideChec
     checks.append(GuideCheck(
         "implied price per GPU-hour", "(no hourly prices given)",
         "; ".join(f"{r.configuration} on {r.cloud_provider}: ${r.price_per_gpu_hour('3 days'):.2f} "
-                  f"over 72 h, ${r.price_per_gpu_hour('wall time'):.2f} over {r.wall_time_hours:g} h"
+                  "over 72 h" + ("" if r.wall_time_hours == GUIDE_RUN_HOURS else
+                                 f", ${r.price_per_gpu_hour('wall time'):.2f} over "
+                                 f"{r.wall_time_hours:g} h")
                   for r in rows)))
     a8, a32 = by.get("8x A100 80GB (NVLink)"), by.get("32x A100 80GB (cluster)")
     if a8 and a32:
@@ -362,8 +364,8 @@ class ScalingModel:
         if stop == max_n:
             reason = f"still paying at {max_n} GPUs: look further"
         elif stop == fastest and (below is None or fastest <= efficient_up_to):
-            reason = (f"step time is lowest at {fastest} GPUs; past it communication grows "
-                      "faster than compute shrinks")
+            reason = (f"step time is lowest at {fastest} GPU{'s' * (fastest != 1)}; past it "
+                      "communication grows faster than compute shrinks")
         else:
             reason = (f"at {below} GPUs speedup per GPU falls below {min_efficiency:g}; the step "
                       f"still shortens up to {fastest}, but each GPU-hour buys less")
