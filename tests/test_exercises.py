@@ -4,6 +4,7 @@ and check cells pass when exec'd on their own, and its stub then the check fail 
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import nbformat
@@ -54,3 +55,57 @@ def test_notebook_exercises(path: Path, capsys):
             run_cells(path, name, stub, check.source)
         assert not_done.value.exercise == name
     capsys.readouterr()  # what the checks print
+
+
+def _parse(source: str) -> ast.Module:
+    """A cell as Python, IPython magics and shell lines left out."""
+    return ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                               for line in source.splitlines()))
+
+
+def _module_bindings(source: str) -> set[str]:
+    """Names a cell binds in the notebook's namespace (not inside its functions)."""
+    found: set[str] = set()
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+              ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found.add(child.name)
+            if isinstance(child, scopes):
+                continue
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                found.add(child.id)
+            visit(child)
+
+    visit(_parse(source))
+    return found
+
+
+def _names(source: str, stored_only: bool) -> set[str]:
+    """Names a cell binds anywhere (``stored_only``) or mentions at all."""
+    found = set()
+    for node in ast.walk(_parse(source)):
+        if isinstance(node, ast.Name) and (not stored_only or isinstance(node.ctx, ast.Store)):
+            found.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):  # a function's parameters are bound in it
+            found.add(node.arg)
+    return found
+
+
+@pytest.mark.parametrize("path", COURSE, ids=lambda p: p.stem)
+def test_exercises_do_not_touch_the_lesson_names(path: Path):
+    """An exercise that rebinds a name another cell reads without binding it (a parameter, a
+    result) would break the cells after it in the instructor's copy, and differently in the
+    student's. (Loop variables that each cell binds for itself are fine.)"""
+    nb = nbformat.read(path, as_version=4)
+    exercise_cells = {i for e in workshop.find_exercises(nb, path.stem) for i in (e.solution, e.check)}
+    bound = set().union(*(_module_bindings(nb.cells[i].source) for i in exercise_cells))
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and i not in exercise_cells:
+            free = _names(cell.source, stored_only=False) - _names(cell.source, stored_only=True)
+            shared = bound & free  # read there without being bound there first
+            assert not shared, f"{path.name}: exercise cells bind {sorted(shared)}, used by cell {i}"
