@@ -417,7 +417,9 @@ def pair_matrix(samples: Iterable[Sample], world: int) -> list[list[float | None
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """Prometheus's ``histogram_quantile`` on cumulative ``(le, count)`` buckets: linear
     interpolation inside the bucket that holds the rank; the +Inf bucket answers with the
-    highest finite bound."""
+    highest finite bound. Like PromQL, ``q`` below 0 gives -Inf and above 1 gives +Inf."""
+    if q < 0 or q > 1:
+        return float("-inf") if q < 0 else float("inf")
     buckets = sorted(buckets)
     if not buckets or buckets[-1][1] <= 0:
         return None

@@ -98,6 +98,8 @@ def test_histogram_quantile_interpolates_like_prometheus():
     assert histogram_quantile(0.25, buckets) == pytest.approx(0.1)
     assert histogram_quantile(0.99, buckets) == 0.2  # in +Inf: the highest finite bound
     assert histogram_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) is None
+    assert histogram_quantile(-0.1, buckets) == float("-inf")  # PromQL's answer outside [0, 1]
+    assert histogram_quantile(1.5, buckets) == float("inf")
     samples = [Sample("labkit_collective_latency_seconds_bucket",
                       {"op": "all_reduce", "size_bytes": "8", "le": str(le), "rank": r}, c)
                for r in ("0", "1") for le, c in buckets]
