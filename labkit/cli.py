@@ -24,6 +24,7 @@
     labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_CONTROL_REDIS_URL)
     labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
     labkit partition collective --nodes 3 --timeout 5 --json
+    labkit capstone --steps 60000 --kill-slot 3 --kill-at-update 30 --out reports/capstone
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import elastic, train
+from labkit import capstone, elastic, train
 from labkit.bench import buffer as bench_buffer
 from labkit.bench import collectives
 from labkit.bench import coordination as bench_coordination
@@ -195,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add(commands, "elastic", "nodes join and leave a running job (torchrun MIN:MAX)",
          elastic.add_arguments, elastic.run_from_args)
+    _add(commands, "capstone", "the whole system: async agents on 3 nodes, a rank killed, "
+         "one report", capstone.add_arguments, capstone.run)
     for name, text in (("agents", "the control plane: agent heartbeats and fleet status in Redis"),
                        ("partition", "split brain: elections and collectives with a node cut off")):
         passthrough = commands.add_parser(name, help=text, add_help=False)

@@ -236,7 +236,8 @@ class FleetEvent:
 
     seconds: float
     node: int
-    action: str  # "start", "terminate" (SIGTERM: a preemption notice), "kill", "freeze"
+    action: str  # "start", "terminate" (SIGTERM: a preemption notice), "kill", "kill_rank",
+    # "freeze"
 
 
 class Fleet:
@@ -298,6 +299,15 @@ class Fleet:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def kill_rank(self, node: int, pid: int) -> None:
+        """One rank process dies (an OOM kill, a segfault): SIGKILL ``pid``, a rank of
+        ``node``. Its agent stays and, with restarts left, re-forms the group."""
+        proc = self.procs[node]
+        if proc is None or proc.poll() is not None or pid not in children(proc.pid):
+            raise LaunchError(f"pid {pid} is not a running rank of node {node}")
+        os.kill(pid, signal.SIGKILL)
+        self._record(node, "kill_rank")
 
     def freeze(self, node: int) -> None:
         """The node stops answering but its sockets stay open (a hung host, a network that

@@ -108,6 +108,10 @@ class RankMetrics:
         self.checkpoint = Histogram("labkit_checkpoint_seconds",
                                     "Seconds a checkpoint save or load took",
                                     ["kind"], buckets=CHECKPOINT_BUCKETS, registry=reg)
+        self.env_steps = Counter("labkit_env_steps", "Environment steps this rank took or "
+                                 "trained on (throughput: rate())", registry=reg)
+        self.updates = Counter("labkit_learner_updates", "Policy updates this rank made",
+                               registry=reg)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
@@ -136,6 +140,12 @@ class RankMetrics:
 
     def observe_checkpoint(self, seconds: float, kind: str = "save") -> None:
         self.checkpoint.labels(kind=kind).observe(seconds)
+
+    def add_env_steps(self, steps: int) -> None:
+        self.env_steps.inc(steps)
+
+    def add_update(self) -> None:
+        self.updates.inc()
 
     # Serving.
     def text(self) -> str:
@@ -317,6 +327,13 @@ class PrometheusServer(_Server):
     def query(self, expr: str) -> list[dict[str, Any]]:
         """Evaluate PromQL now (``/api/v1/query``): the result list (``metric``, ``value``)."""
         return self._api("query", {"query": expr})["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step_s: float = 1.0
+                    ) -> list[dict[str, Any]]:
+        """Evaluate PromQL over ``[start, end]`` (unix seconds) every ``step_s``
+        (``/api/v1/query_range``): the result list (``metric``, ``values`` as [t, "v"] pairs)."""
+        return self._api("query_range", {"query": expr, "start": f"{start:.3f}",
+                                         "end": f"{end:.3f}", "step": f"{step_s:g}"})["result"]
 
     def alerts(self) -> list[dict[str, Any]]:
         """Pending and firing alerts (``/api/v1/alerts``): labels, annotations, state, ..."""

@@ -11,14 +11,15 @@ RUN_DIR_ENV = "LABKIT_RUN_DIR"
 PUBLISHED_FILE = "published.json"
 
 
-def publish(obj: Any) -> Any:
+def publish(obj: Any, *, any_rank: bool = False) -> Any:
     """On rank 0 of a labkit launch, store ``obj`` (JSON-able) for the launcher; return ``obj``.
 
     Other ranks and plain processes outside a launch just get ``obj`` back, so code that
-    publishes runs anywhere. The last call wins.
+    publishes runs anywhere. The last call wins. ``any_rank=True`` publishes from this rank
+    whatever its number (a job whose reporting role is not rank 0).
     """
     run_dir = os.environ.get(RUN_DIR_ENV)
-    if not run_dir or os.environ.get("RANK", "0") != "0":
+    if not run_dir or (os.environ.get("RANK", "0") != "0" and not any_rank):
         return obj
     try:
         text = json.dumps(obj)

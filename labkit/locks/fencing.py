@@ -48,6 +48,18 @@ return {1, redis.call('GET', KEYS[1])}
 """
 
 
+# KEYS[1] highest token seen for the resource, KEYS[2..] keys to set; ARGV[1] token, ARGV[2..]
+# their values. All or nothing: returns {1} when written, {0, highest} when refused.
+_FENCED_MANY = """
+local token = tonumber(ARGV[1])
+local highest = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if token < highest then return {0, tostring(highest)} end
+redis.call('SET', KEYS[1], token)
+for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[i]) end
+return {1}
+"""
+
+
 class FencedLock:
     """A ``redis-py`` Lock (random token, TTL) that also issues a fencing token per acquire.
 
@@ -116,6 +128,7 @@ class FencedStore:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._script = client.register_script(_FENCED)
+        self._many = client.register_script(_FENCED_MANY)
 
     @staticmethod
     def seen_key(key: str) -> str:
@@ -137,3 +150,15 @@ class FencedStore:
     def write(self, key: str, value: bytes | str | int, token: int) -> None:
         """Sets ``key`` to ``value``; StaleTokenError (nothing written) if ``token`` is stale."""
         self._call(key, token, "w", str(value) if isinstance(value, int) else value)
+
+    def write_many(self, resource: str, values: dict[str, bytes | str | int], token: int) -> None:
+        """Sets every key in ``values`` at once, fenced as one ``resource`` (its highest token
+        lives in ``resource:fence-seen``): all written, or StaleTokenError and none. All keys
+        on one node (Redis Cluster: one hash tag)."""
+        keys = list(values)
+        args = [str(v) if isinstance(v, int) else v for v in values.values()]
+        reply = self._many(keys=[self.seen_key(resource), *keys], args=[int(token), *args])
+        if not reply[0]:
+            raise StaleTokenError(
+                f"write to {resource!r} with fencing token {token} refused: token "
+                f"{reply[1].decode()} was seen already (our lock expired)")
