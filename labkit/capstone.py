@@ -80,7 +80,7 @@ class CapstoneConfig:
     nodes: int = 3
     ranks_per_node: int = 2
     min_nodes: int = 3  # below ``nodes``: an elastic job (torchrun --nnodes=MIN:MAX)
-    steps: int = 60_000
+    steps: int = 150_000
     kill_slot: int | None = 3  # node 1, local rank 1: an actor; 0 kills the learner; None: none
     kill_at_update: int = 30
     checkpoint_every: int = 10  # learner updates; 0: only at the end
@@ -415,7 +415,9 @@ class CapstoneReport:
                         label=f"learner {gen}" + (" (resumed)" if gen > 1 else ""))
         for t in tl["checkpoints"]:
             ax.axvline(t, color="grey", lw=0.6, alpha=0.5)
-        ax.set_ylabel("mean return\n(last 100 episodes)")
+        from labkit.agents import SOLVED_WINDOW
+
+        ax.set_ylabel(f"mean return\n(last {SOLVED_WINDOW} episodes)")
         ax.set_title(f"{self.config['nodes']} nodes x {self.config['ranks_per_node']} ranks: "
                      f"final eval return {self.final_return['eval_return']:.1f}, "
                      f"{self.restarts['group_restarts']} restart(s), "

@@ -24,7 +24,7 @@
     labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_CONTROL_REDIS_URL)
     labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
     labkit partition collective --nodes 3 --timeout 5 --json
-    labkit capstone --steps 60000 --kill-slot 3 --kill-at-update 30 --out reports/capstone
+    labkit capstone --steps 150000 --kill-slot 3 --kill-at-update 30 --out reports/capstone
 """
 
 from __future__ import annotations
