@@ -47,7 +47,7 @@ from labkit.metrics import RankMetrics
 from labkit.progress import Progress, params_sha256, progress_from_state, progress_state
 from labkit.publish import RUN_DIR_ENV, publish
 from labkit.train import REDIS_ENV
-from labkit.train_async import HEARTBEAT_EVERY_S, POLL_S, LearnerLostError, PolicyStore
+from labkit.train_async import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
 from labkit.train_result import agent_seed
 
 
@@ -258,17 +258,9 @@ def _act(cfg: CapstoneConfig, info: RankInfo, store: PolicyStore, metrics: RankM
     dist.barrier()
     have = -1
     pushed = int(store.redis.get(keys.seq(slot)) or 0)
-    while True:
-        stop, alive, newest, consumed = store.poll(slot)
-        if stop:
-            break
-        if not alive:
-            raise LearnerLostError(
-                f"actor {slot} (rank {info.rank}): the learner sent no heartbeat for "
-                f"{cfg.learner_timeout_s:g} s; stopping instead of acting for nobody")
-        if pushed - consumed >= cfg.max_inflight:
-            time.sleep(POLL_S)  # the learner has not caught up with this actor yet
-            continue
+    who = f"actor {slot} (rank {info.rank})"
+    while turn := wait_for_turn(store, slot, pushed, cfg.max_inflight, who, cfg.learner_timeout_s):
+        newest, consumed = turn
         if newest != have:
             have = store.fetch(model)
         rollout = collect(model, pool, h.rollout_len, generator=generator, policy_version=have,

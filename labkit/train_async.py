@@ -91,6 +91,23 @@ class PolicyStore:
             self.redis.delete(*keys)
 
 
+def wait_for_turn(store: PolicyStore, agent: int, pushed: int, max_inflight: int, who: str,
+                  timeout_s: float, learner: str = "the learner") -> tuple[int, int] | None:
+    """Blocks until actor ``agent`` may push another rollout (fewer than ``max_inflight`` of its
+    ``pushed`` not yet taken by the learner). Returns (newest policy version, rollouts taken),
+    or None once the learner said stop; raises LearnerLostError when its heartbeat expired."""
+    while True:
+        stop, alive, newest, consumed = store.poll(agent)
+        if stop:
+            return None
+        if not alive:
+            raise LearnerLostError(f"{who}: {learner} sent no heartbeat for {timeout_s:g} s; "
+                                   "stopping instead of acting for nobody")
+        if pushed - consumed < max_inflight:
+            return newest, consumed
+        time.sleep(POLL_S)  # the learner has not caught up with this actor yet
+
+
 def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
     """Rank 0 learns, ranks 1..agents act (agent ``rank - 1``)."""
     url = os.environ.get(REDIS_ENV)
@@ -180,17 +197,10 @@ def _act(cfg: TrainConfig, info: RankInfo, store: PolicyStore, url: str, agent: 
     buffer = open_buffer(cfg.buffer, url, agent_id=agent, namespace=store.ns)
     dist.barrier()
     have, pushed, steps = -1, 0, 0
-    while True:
-        stop, alive, newest, consumed = store.poll(agent)
-        if stop:
-            break
-        if not alive:
-            raise LearnerLostError(
-                f"actor {agent} (rank {info.rank}): the learner (rank 0) sent no heartbeat for "
-                f"{cfg.learner_timeout_s:g} s; stopping instead of acting for nobody")
-        if pushed - consumed >= cfg.max_inflight:
-            time.sleep(POLL_S)  # the learner has not caught up with this actor yet
-            continue
+    who = f"actor {agent} (rank {info.rank})"
+    while (turn := wait_for_turn(store, agent, pushed, cfg.max_inflight, who,
+                                 cfg.learner_timeout_s, learner="the learner (rank 0)")):
+        newest, _ = turn
         if newest != have:
             have = store.fetch(model)
         rollout = collect(model, pool, h.rollout_len, generator=generator, policy_version=have,
