@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.errors import LaunchError, ParameterError
 from labkit.launch import Echo, Fleet
+from labkit.runlog import LogTail, read_records
 from labkit.staleness import StalenessConfig
 from labkit.train import Hyper
 
@@ -157,21 +158,6 @@ class CapstoneConfig:
         return cls(**raw)
 
 
-def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The learner's progress log; a line cut short by a kill is skipped."""
-    records = []
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return records
-    for line in text.splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
-
-
 @dataclass(frozen=True)
 class Kill:
     """What the launcher did: SIGKILL to ``slot``'s process once the learner reached ``update``."""
@@ -188,26 +174,15 @@ class _KillScheduler:
     """``on_tick``: follows the learner's log (reading only what is new) and kills the rank."""
 
     def __init__(self, cfg: CapstoneConfig, log: Path, pids: Path) -> None:
-        self.cfg, self.log, self.pids = cfg, log, pids
-        self.offset, self.update = 0, 0
+        self.cfg, self.tail, self.pids = cfg, LogTail(log), pids
+        self.update = 0
         self.kill: Kill | None = None
 
     def __call__(self, fleet: Fleet) -> None:
         if self.cfg.kill_slot is None or self.kill is not None:
             return
-        try:
-            with open(self.log) as file:
-                file.seek(self.offset)
-                chunk = file.read()
-        except FileNotFoundError:
-            return
-        complete = chunk[:chunk.rfind("\n") + 1]  # a half-written line waits for next time
-        self.offset += len(complete.encode())
-        for line in complete.splitlines():
-            try:
-                self.update = max(self.update, int(json.loads(line).get("update", 0)))
-            except (ValueError, AttributeError):
-                continue
+        for record in self.tail.new_records():
+            self.update = max(self.update, int(record.get("update", 0)))
         if self.update < self.cfg.kill_at_update:
             return
         who = json.loads((self.pids / f"slot{self.cfg.kill_slot}.json").read_text())
@@ -274,7 +249,7 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
             max_restarts=cfg.max_restarts, timeout_s=cfg.timeout_s, echo=echo, run_dir=run_dir,
             on_tick=scheduler, env={REDIS_ENV: url, PORTS_ENV: ",".join(map(str, ports))})
         ended = time.time()
-        log = read_log(Path(cfg.workdir) / LOG_FILE)
+        log = read_records(Path(cfg.workdir) / LOG_FILE)
         if prom is not None:  # up to the learner's last record: ranks exiting is not an outage
             last = max((r["t"] for r in log), default=ended)
             series, alerts = _prometheus_history(prom, started, min(ended, last + 1.0))
@@ -609,5 +584,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["CapstoneConfig", "CapstoneReport", "Kill", "build_report", "read_log",
+__all__ = ["CapstoneConfig", "CapstoneReport", "Kill", "build_report",
            "redis_keys", "run_capstone"]

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from labkit.agents import ActorCritic, EnvPool, Rollout, collect, evaluate, seed_everything
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.redis_stream import StreamBuffer
-from labkit.capstone import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, read_log, redis_keys
+from labkit.capstone import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, redis_keys
 from labkit.checkpoint import CheckpointManager, model_fingerprint
 from labkit.dist import RankInfo, setup, teardown
 from labkit.errors import LabkitError
@@ -46,6 +46,7 @@ from labkit.locks.fencing import FencedLock, FencedStore
 from labkit.metrics import RankMetrics
 from labkit.progress import Progress, params_sha256, progress_from_state, progress_state
 from labkit.publish import RUN_DIR_ENV, publish
+from labkit.runlog import append_record, read_records
 from labkit.train import REDIS_ENV
 from labkit.train_async import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
 from labkit.train_result import agent_seed
@@ -70,11 +71,6 @@ class FencedPolicyStore(PolicyStore):
 
     def published_version(self) -> int:
         return int(self.redis.get(f"{self.ns}:version") or -1)
-
-
-def _log(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as out:  # one short line per write: appends don't interleave
-        out.write(json.dumps(record) + "\n")
 
 
 def main(argv: list[str]) -> None:
@@ -141,9 +137,9 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
     store.publish(model, version)
     store.heartbeat(force=True)
     # What the previous learner had done past the checkpoint we resumed from is lost work.
-    reached = max((r["update"] for r in read_log(log)
+    reached = max((r["update"] for r in read_records(log)
                    if "update" in r and r["generation"] == generation - 1), default=updates)
-    _log(log, {"event": "start", "t": time.time(), "generation": generation, "rank": info.rank,
+    append_record(log, {"event": "start", "t": time.time(), "generation": generation, "rank": info.rank,
                "world": info.world_size, "from_update": updates, "reached": reached,
                "lost_updates": max(0, reached - updates), "version": version,
                "lease_wait_s": round(lease_wait, 4), "replayed": replayed})
@@ -187,7 +183,7 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
         metrics.add_update()
         metrics.set_policy_lag(sum(lags) / len(lags))
         metrics.observe_buffer(_backlog(store, keys, actors), items=len(rollouts))
-        _log(log, {"t": now, "update": updates, "version": version, "generation": generation,
+        append_record(log, {"t": now, "update": updates, "version": version, "generation": generation,
                    "env_steps": progress.env_steps, "mean_return": progress.mean_return,
                    "lags": lags, "ages": [round(now - r.timestamp, 4) for r in rollouts],
                    "dropped": loss_info.rollouts - loss_info.used})
@@ -243,7 +239,7 @@ def _checkpoint(checkpoints: CheckpointManager, model: ActorCritic, optimizer: A
                      {"version": version, "generation": generation})
     seconds = time.perf_counter() - began
     metrics.observe_checkpoint(seconds, "save")
-    _log(log, {"event": "checkpoint", "t": time.time(), "at_update": updates,
+    append_record(log, {"event": "checkpoint", "t": time.time(), "at_update": updates,
                "version": version, "generation": generation, "seconds": round(seconds, 4)})
 
 

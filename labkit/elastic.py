@@ -30,6 +30,7 @@ from labkit.control import JOB_ENV, URL_ENV
 from labkit.dist import TIMEOUT_ENV
 from labkit.errors import ParameterError
 from labkit.launch import Echo, Fleet, FleetEvent, launch_local
+from labkit.runlog import LogTail, read_records
 
 PROGRESS_FILE = "progress.jsonl"
 EXIT_GRACE_S = 15.0  # after the last step, how long agents get to exit before they are ended
@@ -142,17 +143,7 @@ def check_plan(min_nodes: int, max_nodes: int, start_nodes: int,
 
 def read_progress(path: str | Path) -> list[dict[str, Any]]:
     """Every record of a progress log (a line cut short by a kill is skipped)."""
-    records = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        return records
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
+    return read_records(path)
 
 
 @dataclass
@@ -233,7 +224,8 @@ class _Scheduler:
     the job ends never arrives."""
 
     def __init__(self, log: Path, changes: Sequence[NodeChange], steps: int) -> None:
-        self.log, self.todo, self.steps = log, list(changes), steps
+        self.tail, self.todo, self.steps = LogTail(log), list(changes), steps
+        self.records: list[dict[str, Any]] = []
         self.starts_seen_at_last_change = 0
         self.finished_at: float | None = None
         self.ended_after_finish: list[int] = []
@@ -250,7 +242,8 @@ class _Scheduler:
                     self.ended_after_finish.append(node)
 
     def __call__(self, fleet: Fleet) -> None:
-        records = read_progress(self.log)
+        self.records += self.tail.new_records()
+        records = self.records
         self._finish(fleet, records)
         if not self.todo:
             return

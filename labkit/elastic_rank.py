@@ -14,7 +14,6 @@ re-form the group without the departed node. No step is lost either way.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -32,6 +31,7 @@ from labkit.elastic import PROGRESS_FILE, REFORM_EXIT, ElasticConfig, global_bat
 from labkit.launch import NODE_ENV
 from labkit.progress import params_sha256
 from labkit.publish import publish
+from labkit.runlog import append_record, read_records
 
 _notice = {"at": 0.0}  # when SIGTERM arrived (0: not yet)
 
@@ -40,21 +40,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
     _notice["at"] = _notice["at"] or time.time()
 
 
-def _log(path: Path, record: dict) -> None:
-    with open(path, "a") as out:  # one short line per write: appends don't interleave
-        out.write(json.dumps(record) + "\n")
-
-
 def _reached(path: Path) -> int:
     """The furthest step any earlier attempt finished (0 when there was none)."""
-    best = 0
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                best = max(best, int(json.loads(line).get("step", 0)))
-            except (ValueError, AttributeError):
-                continue  # a line cut short by a kill
-    return best
+    return max((int(r.get("step", 0)) for r in read_records(path)), default=0)
 
 
 def main(argv: list[str]) -> None:
@@ -84,7 +72,7 @@ def main(argv: list[str]) -> None:
         start = resumed.step
     if info.rank == 0:
         reached = _reached(log)
-        _log(log, {"event": "start", "t": time.time(), "world": info.world_size,
+        append_record(log, {"event": "start", "t": time.time(), "world": info.world_size,
                    "attempt": attempt, "from_step": start, "reached": reached,
                    "lost_steps": max(0, reached - start)})
     dist.barrier()
@@ -107,14 +95,14 @@ def main(argv: list[str]) -> None:
         dist.all_reduce(flags)  # the global loss, and "somebody got a notice"
         due = cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0
         if info.rank == 0:
-            _log(log, {"t": time.time(), "step": step, "world": info.world_size,
+            append_record(log, {"t": time.time(), "step": step, "world": info.world_size,
                        "attempt": attempt, "loss": flags[0].item() / info.world_size})
         if due or flags[1] > 0 or step == cfg.steps:
             if info.rank == 0:
                 checkpoints.save(step, {"model": model.state_dict(),
                                         "optimizer": optimizer.state_dict()},
                                  {"world": info.world_size, "attempt": attempt})
-                _log(log, {"event": "checkpoint", "t": time.time(), "step": step,
+                append_record(log, {"event": "checkpoint", "t": time.time(), "step": step,
                            "world": info.world_size, "attempt": attempt})
             dist.barrier()  # the checkpoint exists before anyone leaves
         if flags[1] > 0:
@@ -122,7 +110,7 @@ def main(argv: list[str]) -> None:
             if beat is not None:
                 beat.set_state("draining", step)
             if _notice["at"]:
-                _log(log, {"event": "notice", "t": _notice["at"], "step": step, "node": node,
+                append_record(log, {"event": "notice", "t": _notice["at"], "step": step, "node": node,
                            "rank": info.rank, "attempt": attempt})
             break
     if left_because == "reform":  # a peer got the notice: wait briefly for ours (a joining
@@ -131,7 +119,7 @@ def main(argv: list[str]) -> None:
             time.sleep(0.02)
         left_because = "notice" if _notice["at"] else "reform"
     if info.rank == 0 and left_because != "finished":
-        _log(log, {"event": "leave", "t": time.time(), "step": step, "world": info.world_size,
+        append_record(log, {"event": "leave", "t": time.time(), "step": step, "world": info.world_size,
                    "attempt": attempt, "node": node, "why": left_because})
     if left_because == "finished" and info.rank == 0:
         publish({"steps": step, "world": info.world_size, "attempt": attempt,
