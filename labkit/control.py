@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from labkit.errors import LaunchError, ParameterError, ServiceError
-from labkit.services import REDIS_URL_ENV, _parent_death_signal, _scrub, redact
+from labkit.services import REDIS_URL_ENV, parent_death_signal, redact, scrub_secrets
 
 if TYPE_CHECKING:
     import redis
@@ -121,11 +121,11 @@ def _client(url: str, timeout_s: float) -> redis.Redis:
                                     socket_connect_timeout=timeout_s,
                                     retry=Retry(NoBackoff(), 0), decode_responses=True)
     except ValueError as exc:
-        raise ServiceError(f"not a Redis URL: {redact(url)} ({_scrub(str(exc), url)})") from None
+        raise ServiceError(f"not a Redis URL: {redact(url)} ({scrub_secrets(str(exc), url)})") from None
 
 
 def _describe(exc: BaseException, url: str) -> str:
-    return _scrub(f"{type(exc).__name__}: {exc}", url)
+    return scrub_secrets(f"{type(exc).__name__}: {exc}", url)
 
 
 def dead_after_s(ttl_s: float, poll_s: float = 0.0) -> float:
@@ -457,7 +457,7 @@ def spawn_agent(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s
     env = {**os.environ, URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=stderr,
-                            start_new_session=True, preexec_fn=_parent_death_signal())
+                            start_new_session=True, preexec_fn=parent_death_signal())
 
 
 def agent_main(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,

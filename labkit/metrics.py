@@ -38,7 +38,7 @@ from typing import Any
 
 from labkit.errors import LabkitError, LaunchError, ServiceError
 from labkit.ports import PORT_RANGE_ENV, free_port
-from labkit.services import HOST, _Server
+from labkit.services import HOST, ManagedServer
 
 RANK_SCRIPT = Path(__file__).with_name("metrics_rank.py")
 RULES_FILE = Path(__file__).parent / "alerts" / "labkit.rules.yml"
@@ -271,7 +271,7 @@ class ScrapeTarget:
 
 
 @dataclass(eq=False)
-class PrometheusServer(_Server):
+class PrometheusServer(ManagedServer):
     """A private ``prometheus`` on 127.0.0.1: free port, generated config, TSDB in a temp dir.
 
     ``with PrometheusServer(targets=[...]) as prom: prom.query("up")``. Scrapes and evaluates

@@ -73,7 +73,7 @@ def redact(url: str) -> str:
 # Processes
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def parent_death_signal() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGTERM when this thread's process dies
     (Linux ``prctl(PR_SET_PDEATHSIG)``); None elsewhere.
 
@@ -134,8 +134,9 @@ class _PortInUse(Exception):
 
 
 @dataclass(eq=False)
-class _Server:
-    """What RedisServer and NatsServer share: find the binary, start, wait, stop, clean up."""
+class ManagedServer:
+    """A server process labkit owns (Redis, NATS, Prometheus): find the binary, write a config
+    into a temp dir, start on a free loopback port, wait until it answers, stop, clean up."""
 
     port: int | None = None
     """TCP port on 127.0.0.1: as given, or None to pick a free one (retrying on a clash);
@@ -213,7 +214,7 @@ class _Server:
             raise ServiceError(f"{self.name} not found: {self.fix}")
         return path
 
-    def start(self) -> _Server:
+    def start(self) -> ManagedServer:
         """Starts the server and waits until it answers; returns self. No-op when running."""
         with self._lock:
             if self.is_running:
@@ -249,7 +250,7 @@ class _Server:
             atexit.unregister(self.stop)
             self._reset()
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> ManagedServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -280,7 +281,7 @@ class _Server:
                     stderr=subprocess.STDOUT,
                     cwd=self._tmpdir,
                     start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
-                    preexec_fn=_parent_death_signal(),
+                    preexec_fn=parent_death_signal(),
                 )
             self._wait_ready(port)
         except BaseException:
@@ -348,7 +349,7 @@ def _quote(value: str | Path) -> str:
 
 
 @dataclass(eq=False)
-class RedisServer(_Server):
+class RedisServer(ManagedServer):
     """A private ``redis-server`` on 127.0.0.1: random password, no persistence, own temp dir.
 
     ``with RedisServer() as server: server.client().set("k", "v")``. The password goes in a
@@ -435,7 +436,7 @@ class RedisServer(_Server):
 
 
 @dataclass(eq=False)
-class NatsServer(_Server):
+class NatsServer(ManagedServer):
     """A private ``nats-server`` with JetStream on 127.0.0.1: random token, own temp dir.
 
     The token goes in a config file inside the (owner-only) temp dir, not on the command line.
@@ -524,7 +525,7 @@ class ServiceStatus:
                 "version": self.version}  # fmt: skip
 
 
-def _scrub(text: str, url: str) -> str:
+def scrub_secrets(text: str, url: str) -> str:
     """``text`` with any secret from ``url`` removed (errors sometimes echo them)."""
     try:
         parts = urlsplit(url)
@@ -551,7 +552,7 @@ def check_redis(url: str, timeout: float = 2.0) -> ServiceStatus:
         finally:
             client.close()
     except Exception as exc:  # noqa: BLE001 (a probe reports, it does not raise)
-        detail = _scrub(f"{type(exc).__name__}: {exc}", url)
+        detail = scrub_secrets(f"{type(exc).__name__}: {exc}", url)
         return ServiceStatus("redis", shown, False, detail)
     return ServiceStatus("redis", shown, True, "PING ok", version)
 
@@ -571,7 +572,7 @@ def check_nats(url: str, timeout: float = 2.0) -> ServiceStatus:
             auth = {"auth_token": unquote(parts.username)}
         info = _nats_handshake(host, port, auth, timeout)
     except Exception as exc:  # noqa: BLE001 (a probe reports, it does not raise)
-        detail = _scrub(f"{type(exc).__name__}: {exc}", first)
+        detail = scrub_secrets(f"{type(exc).__name__}: {exc}", first)
         return ServiceStatus("nats", shown, False, detail)
     detail = "JetStream on" if info.get("jetstream") else "JetStream off"
     if info.get("_tls_unchecked"):
@@ -584,11 +585,11 @@ def check_nats(url: str, timeout: float = 2.0) -> ServiceStatus:
 # --------------------------------------------------------------------------------------------
 # Shared servers for notebooks
 
-_shared: dict[str, _Server] = {}
+_shared: dict[str, ManagedServer] = {}
 _shared_lock = threading.Lock()
 
 
-def _shared_url(env: str, kind: type[_Server]) -> str:
+def _shared_url(env: str, kind: type[ManagedServer]) -> str:
     from_env = os.environ.get(env, "").strip()
     if from_env:
         return from_env
@@ -628,14 +629,17 @@ def stop_all() -> None:
 
 
 __all__ = [
+    "ManagedServer",
     "NatsServer",
     "RedisServer",
     "ServiceStatus",
     "check_nats",
     "check_redis",
     "nats_url",
+    "parent_death_signal",
     "redact",
     "redis_client",
     "redis_url",
+    "scrub_secrets",
     "stop_all",
 ]

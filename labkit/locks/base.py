@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import uuid
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
 
 from labkit.errors import LabkitError, ParameterError, ServiceError
+from labkit.services import scrub_secrets
 
 if TYPE_CHECKING:
     import redis
@@ -35,17 +35,6 @@ class LockExperimentError(LabkitError):
     """An agent process of a lock experiment failed, hung or printed no result."""
 
 
-def _scrub(text: str, url: str) -> str:
-    """``text`` without the URL's password (some errors echo the URL)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return text
-    if password:
-        text = text.replace(password, "***").replace(unquote(password), "***")
-    return text
-
-
 def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
     """A ``redis.Redis`` for ``url`` that answered PING; :class:`ServiceError` if it did not."""
     import redis
@@ -61,7 +50,7 @@ def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
         client.ping()
     except redis.RedisError as exc:
         client.close()
-        detail = _scrub(f"{type(exc).__name__}: {exc}", url)
+        detail = scrub_secrets(f"{type(exc).__name__}: {exc}", url)
         raise ServiceError(
             f"Redis at {redact(url)} is unreachable ({detail}); start one with "
             "labkit.services.RedisServer() or set REDIS_URL to a running Redis"
