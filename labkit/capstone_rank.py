@@ -153,12 +153,14 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
             lease.lock.reacquire()  # LockNotOwnedError if our lease ran out: stop, loudly
             store.heartbeat(force=True)
             last_renew = time.monotonic()
+        replays_before = buffer.stats().redelivered
         experiences = buffer.pull(cfg.batch_rollouts - len(batch))
         if experiences:
             last_data = time.monotonic()
             unacked += experiences
             arrived = [Rollout.from_experience(e) for e in experiences]
-            store.consumed(arrived)  # frees the actors' flow-control credit
+            replays = buffer.stats().redelivered - replays_before  # a pull returns them first
+            store.consumed(arrived[replays:])  # credit: each rollout frees its actor once
             batch += arrived
         if len(batch) < cfg.batch_rollouts:
             if time.monotonic() - last_data > cfg.learner_timeout_s:
