@@ -300,7 +300,8 @@ def _prometheus_history(prom: Any, start: float, end: float
     alerts: list[dict[str, Any]] = []  # stretches of the same alert and state that overlap
     for alert, state, rank, begin, stop in sorted(stretches, key=lambda s: (s[0], s[1], s[3])):
         last = alerts[-1] if alerts else None
-        if last and (last["alert"], last["state"]) == (alert, state) and begin <= last["to_s"] + 1.5:
+        same = last is not None and (last["alert"], last["state"]) == (alert, state)
+        if same and begin <= last["to_s"] + 1.5:
             last["ranks"] = sorted({*last["ranks"], rank}, key=lambda r: (len(r), r))
             last["to_s"] = round(max(last["to_s"], stop), 1)
         else:

@@ -130,7 +130,7 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
     if generation > 1:  # never reuse a version: the lost policies' numbers stay theirs
         version = max(int(resumed.state["version"]) if resumed else 0,
                       store.published_version()) + 1
-    actors = [s for s in range(1, cfg.nodes * cfg.ranks_per_node)]
+    actors = list(range(1, cfg.world_size))
     buffer = StreamBuffer(url, agent_id=-1, agents=actors, namespace=keys.namespace,
                           consumer="learner")
     replayed = buffer.reclaim(0)  # what a dead learner pulled but no checkpoint covered
@@ -139,10 +139,11 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
     # What the previous learner had done past the checkpoint we resumed from is lost work.
     reached = max((r["update"] for r in read_records(log)
                    if "update" in r and r["generation"] == generation - 1), default=updates)
-    append_record(log, {"event": "start", "t": time.time(), "generation": generation, "rank": info.rank,
-               "world": info.world_size, "from_update": updates, "reached": reached,
-               "lost_updates": max(0, reached - updates), "version": version,
-               "lease_wait_s": round(lease_wait, 4), "replayed": replayed})
+    append_record(log, {"event": "start", "t": time.time(), "generation": generation,
+                        "rank": info.rank, "world": info.world_size, "from_update": updates,
+                        "reached": reached, "lost_updates": max(0, reached - updates),
+                        "version": version, "lease_wait_s": round(lease_wait, 4),
+                        "replayed": replayed})
     dist.barrier()  # the actors start once this learner's first version is there
 
     batch: list[Rollout] = []
@@ -185,10 +186,11 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
         metrics.add_update()
         metrics.set_policy_lag(sum(lags) / len(lags))
         metrics.observe_buffer(_backlog(store, keys, actors), items=len(rollouts))
-        append_record(log, {"t": now, "update": updates, "version": version, "generation": generation,
-                   "env_steps": progress.env_steps, "mean_return": progress.mean_return,
-                   "lags": lags, "ages": [round(now - r.timestamp, 4) for r in rollouts],
-                   "dropped": loss_info.rollouts - loss_info.used})
+        append_record(log, {"t": now, "update": updates, "version": version,
+                            "generation": generation, "env_steps": progress.env_steps,
+                            "mean_return": progress.mean_return, "lags": lags,
+                            "ages": [round(now - r.timestamp, 4) for r in rollouts],
+                            "dropped": loss_info.rollouts - loss_info.used})
         if cfg.checkpoint_every and updates % cfg.checkpoint_every == 0:
             _checkpoint(checkpoints, model, optimizer, progress, updates, version, metrics,
                         generation, log)
@@ -242,7 +244,7 @@ def _checkpoint(checkpoints: CheckpointManager, model: ActorCritic, optimizer: A
     seconds = time.perf_counter() - began
     metrics.observe_checkpoint(seconds, "save")
     append_record(log, {"event": "checkpoint", "t": time.time(), "at_update": updates,
-               "version": version, "generation": generation, "seconds": round(seconds, 4)})
+                        "version": version, "generation": generation, "seconds": round(seconds, 4)})
 
 
 def _act(cfg: CapstoneConfig, info: RankInfo, store: PolicyStore, metrics: RankMetrics,

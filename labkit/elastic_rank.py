@@ -73,8 +73,8 @@ def main(argv: list[str]) -> None:
     if info.rank == 0:
         reached = _reached(log)
         append_record(log, {"event": "start", "t": time.time(), "world": info.world_size,
-                   "attempt": attempt, "from_step": start, "reached": reached,
-                   "lost_steps": max(0, reached - start)})
+                            "attempt": attempt, "from_step": start, "reached": reached,
+                            "lost_steps": max(0, reached - start)})
     dist.barrier()
     if beat is not None:
         beat.set_state("running", start)
@@ -96,22 +96,22 @@ def main(argv: list[str]) -> None:
         due = cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0
         if info.rank == 0:
             append_record(log, {"t": time.time(), "step": step, "world": info.world_size,
-                       "attempt": attempt, "loss": flags[0].item() / info.world_size})
+                                "attempt": attempt, "loss": flags[0].item() / info.world_size})
         if due or flags[1] > 0 or step == cfg.steps:
             if info.rank == 0:
                 checkpoints.save(step, {"model": model.state_dict(),
                                         "optimizer": optimizer.state_dict()},
                                  {"world": info.world_size, "attempt": attempt})
                 append_record(log, {"event": "checkpoint", "t": time.time(), "step": step,
-                           "world": info.world_size, "attempt": attempt})
+                                    "world": info.world_size, "attempt": attempt})
             dist.barrier()  # the checkpoint exists before anyone leaves
         if flags[1] > 0:
             left_because = "notice" if _notice["at"] else "reform"
             if beat is not None:
                 beat.set_state("draining", step)
             if _notice["at"]:
-                append_record(log, {"event": "notice", "t": _notice["at"], "step": step, "node": node,
-                           "rank": info.rank, "attempt": attempt})
+                append_record(log, {"event": "notice", "t": _notice["at"], "step": step,
+                                    "node": node, "rank": info.rank, "attempt": attempt})
             break
     if left_because == "reform":  # a peer got the notice: wait briefly for ours (a joining
         deadline = time.monotonic() + cfg.reform_wait_s  # node restarts every rank) ...
@@ -119,8 +119,9 @@ def main(argv: list[str]) -> None:
             time.sleep(0.02)
         left_because = "notice" if _notice["at"] else "reform"
     if info.rank == 0 and left_because != "finished":
-        append_record(log, {"event": "leave", "t": time.time(), "step": step, "world": info.world_size,
-                   "attempt": attempt, "node": node, "why": left_because})
+        append_record(log, {"event": "leave", "t": time.time(), "step": step,
+                            "world": info.world_size, "attempt": attempt, "node": node,
+                            "why": left_because})
     if left_because == "finished" and info.rank == 0:
         publish({"steps": step, "world": info.world_size, "attempt": attempt,
                  "final_loss": flags[0].item() / info.world_size if step > start else None,

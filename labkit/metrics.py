@@ -101,7 +101,7 @@ class RankMetrics:
                                 "How many learner versions behind the acting policy is",
                                 registry=reg)
         self.restarts = Gauge("labkit_restart_count",
-                              "Restarts of this rank (torchrun's TORCHELASTIC_RESTART_COUNT)",
+                              "Times this rank's process was restarted",
                               registry=reg)
         self.lock_wait = Histogram("labkit_lock_wait_seconds", "Seconds spent waiting for a lock",
                                    ["lock"], buckets=LOCK_BUCKETS, registry=reg)
