@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labkit.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.errors import LaunchError, ParameterError
 from labkit.launch import Echo, Fleet
 from labkit.runlog import LogTail, read_records
@@ -84,7 +85,8 @@ class CapstoneConfig:
     steps: int = 150_000
     kill_slot: int | None = 3  # node 1, local rank 1: an actor; 0 kills the learner; None: none
     kill_at_update: int = 30
-    checkpoint_every: int = 10  # learner updates; 0: only at the end
+    checkpoint_every_updates: int | None = 10  # after every N-th learner update ...
+    checkpoint_every_s: float | None = None  # ... or every S seconds; neither: only at the end
     max_restarts: int = 2
     learner_batch: int = 0  # rollouts per update; 0 = one per actor
     max_inflight: int = 2  # rollouts an actor may be ahead of the learner
@@ -135,8 +137,9 @@ class CapstoneConfig:
                     f"kill_at_update must be in 1..{self.expected_updates - 1}: {self.steps} "
                     f"steps at {self.steps_per_update} per update make about "
                     f"{self.expected_updates} updates")
-        if self.checkpoint_every < 0 or self.max_restarts < 0 or self.max_inflight < 1:
-            raise ParameterError("need checkpoint_every >= 0, max_restarts >= 0, max_inflight >= 1")
+        if self.max_restarts < 0 or self.max_inflight < 1:
+            raise ParameterError("need max_restarts >= 0 and max_inflight >= 1")
+        cadence_of(self).validate()
         if self.learner_batch < 0 or self.steps < 1:
             raise ParameterError("need learner_batch >= 0 and steps >= 1")
         if self.lease_ttl_s < 1 or self.learner_timeout_s <= 0 or self.timeout_s <= 0:
@@ -534,7 +537,8 @@ def build_report(cfg: CapstoneConfig, log: list[dict[str, Any]], published: dict
             "episodes": published["episodes"],
         },
         checkpoints={
-            "count": len(saves), "every_updates": cfg.checkpoint_every,
+            "count": len(saves), "every_updates": cfg.checkpoint_every_updates,
+            "every_s": cfg.checkpoint_every_s,
             "mean_save_s": round(statistics.fmean(ckpt_times), 4) if ckpt_times else None,
             "max_save_s": max(ckpt_times) if ckpt_times else None,
         },
@@ -562,8 +566,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kill-slot", type=int, default=d.kill_slot,
                         help="node * ranks_per_node + local rank; -1: no kill")
     parser.add_argument("--kill-at-update", type=int, default=d.kill_at_update)
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
-                        help="learner updates")
+    add_cadence_arguments(parser, default_updates=d.checkpoint_every_updates,
+                          what="learner update")
     parser.add_argument("--max-restarts", type=int, default=d.max_restarts)
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--timeout", type=float, default=d.timeout_s)
@@ -577,7 +581,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = CapstoneConfig(
         nodes=args.nodes, ranks_per_node=args.ranks_per_node, min_nodes=args.min_nodes,
         steps=args.steps, kill_slot=None if args.kill_slot < 0 else args.kill_slot,
-        kill_at_update=args.kill_at_update, checkpoint_every=args.checkpoint_every,
+        kill_at_update=args.kill_at_update,
+        **cadence_fields(args, CapstoneConfig.checkpoint_every_updates),
         max_restarts=args.max_restarts, seed=args.seed, timeout_s=args.timeout)
     report = run_capstone(cfg, with_prometheus=not args.no_prometheus,
                           echo=None if args.json else print, out_dir=args.out)

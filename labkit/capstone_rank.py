@@ -7,8 +7,8 @@ store) is the learner, every other slot an actor whose agent id is its slot.
 - The learner holds a fenced lease in Redis (``labkit.locks.FencedLock``): one learner at a
   time, and every policy it publishes is written with its fencing token, so a learner that lost
   its lease (paused past the TTL, a zombie of an old group) cannot overwrite a newer one's.
-- It checkpoints model, optimizer, progress and policy version every ``checkpoint_every``
-  updates, and acks the stream entries it trained on only after the checkpoint that includes
+- It checkpoints model, optimizer, progress and policy version on its cadence (every
+  ``checkpoint_every_updates`` updates, or ``checkpoint_every_s`` seconds), and acks the stream entries it trained on only after the checkpoint that includes
   them is on disk. A learner that dies leaves them pending; the next one resumes from the
   checkpoint and reclaims them (XAUTOCLAIM), so the updates it lost are redone on the same data.
 - Version numbers never repeat: a resumed learner continues from the highest version any
@@ -36,6 +36,7 @@ import torch.distributed as dist
 from labkit.agents import ActorCritic, EnvPool, Rollout, collect, evaluate, seed_everything
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.redis_stream import StreamBuffer
+from labkit.cadence import cadence_of
 from labkit.capstone import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, redis_keys
 from labkit.checkpoint import CheckpointManager, model_fingerprint
 from labkit.dist import RankInfo, setup, teardown
@@ -148,7 +149,8 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
 
     batch: list[Rollout] = []
     unacked: list[Experience] = []  # trained on, not yet covered by a checkpoint
-    last_data = last_renew = time.monotonic()
+    last_data = last_renew = last_save = time.monotonic()
+    cadence = cadence_of(cfg)
     while progress.env_steps < cfg.steps:
         if time.monotonic() - last_renew >= HEARTBEAT_EVERY_S:
             lease.lock.reacquire()  # LockNotOwnedError if our lease ran out: stop, loudly
@@ -191,9 +193,10 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
                             "mean_return": progress.mean_return, "lags": lags,
                             "ages": [round(now - r.timestamp, 4) for r in rollouts],
                             "dropped": loss_info.rollouts - loss_info.used})
-        if cfg.checkpoint_every and updates % cfg.checkpoint_every == 0:
+        if cadence.due(updates, last_save):
             _checkpoint(checkpoints, model, optimizer, progress, updates, version, metrics,
                         generation, log)
+            last_save = time.monotonic()
             buffer.ack(unacked)  # only now: a crash before this replays them
             unacked = []
     _checkpoint(checkpoints, model, optimizer, progress, updates, version, metrics, generation,

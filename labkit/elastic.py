@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import torch
 
+from labkit.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.control import JOB_ENV, URL_ENV
 from labkit.dist import TIMEOUT_ENV
 from labkit.errors import ParameterError
@@ -51,15 +52,17 @@ class ElasticConfig:
     hidden: int = 64
     lr: float = 0.02
     work_s: float = 0.2  # stands for a real step's compute, so changes land mid-training
-    checkpoint_every: int = 10  # steps; 0: only at notices and at the end
+    checkpoint_every_updates: int | None = 10  # after every N-th step (one update each) ...
+    checkpoint_every_s: float | None = None  # ... or every S s; neither: at notices and the end
     reform_wait_s: float = 1.0  # how long a rank waits for its own notice before re-forming
     seed: int = 0
 
     def validate(self) -> None:
         if self.steps < 1 or self.global_batch < 1 or self.dim < 1 or self.hidden < 1:
             raise ParameterError("steps, global_batch, dim and hidden must be at least 1")
-        if self.checkpoint_every < 0 or self.work_s < 0 or self.reform_wait_s < 0:
-            raise ParameterError("checkpoint_every, work_s and reform_wait_s must be >= 0")
+        if self.work_s < 0 or self.reform_wait_s < 0:
+            raise ParameterError("work_s and reform_wait_s must be >= 0")
+        cadence_of(self).validate()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -324,7 +327,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--changes", default="join:2@10,preempt:2@60,kill:1@85",
                         help="ACTION:NODE@STEP,... with ACTION join, preempt, kill or freeze")
     parser.add_argument("--steps", type=int, default=120)
-    parser.add_argument("--checkpoint-every", type=int, default=10, help="steps")
+    add_cadence_arguments(parser, default_updates=ElasticConfig.checkpoint_every_updates,
+                          what="step")
     parser.add_argument("--work-s", type=float, default=0.2, help="simulated compute per step")
     parser.add_argument("--max-restarts", type=int, default=10)
     parser.add_argument("--timeout-s", type=float, default=300.0)
@@ -334,8 +338,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    cfg = ElasticConfig(steps=args.steps, checkpoint_every=args.checkpoint_every,
-                        work_s=args.work_s)
+    cfg = ElasticConfig(steps=args.steps, work_s=args.work_s,
+                        **cadence_fields(args, ElasticConfig.checkpoint_every_updates))
     run = run_elastic(cfg, min_nodes=args.min_nodes, max_nodes=args.max_nodes,
                       start_nodes=args.start_nodes, nproc_per_node=args.nproc_per_node,
                       changes=args.changes, max_restarts=args.max_restarts,

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from labkit.cadence import cadence_of
 from labkit.checkpoint import CheckpointManager, model_fingerprint
 from labkit.control import JOB_ENV, URL_ENV, Heartbeat
 from labkit.dist import setup, teardown
@@ -79,7 +80,8 @@ def main(argv: list[str]) -> None:
     if beat is not None:
         beat.set_state("running", start)
     left_because, step = "finished", start
-    flags = torch.zeros(2)
+    flags = torch.zeros(3)
+    cadence, last_save = cadence_of(cfg), time.monotonic()
     while step < cfg.steps:
         x, y = global_batch(cfg, step)
         mine = slice(info.rank, None, info.world_size)
@@ -91,9 +93,10 @@ def main(argv: list[str]) -> None:
         step += 1
         if beat is not None:
             beat.set_step(step)
-        flags = torch.tensor([loss.item(), float(_notice["at"] > 0)])
-        dist.all_reduce(flags)  # the global loss, and "somebody got a notice"
-        due = cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0
+        due_here = info.rank == 0 and cadence.due(step, last_save)  # rank 0's clock decides
+        flags = torch.tensor([loss.item(), float(_notice["at"] > 0), float(due_here)])
+        dist.all_reduce(flags)  # the global loss, "somebody got a notice", "checkpoint now"
+        due = flags[2] > 0
         if info.rank == 0:
             append_record(log, {"t": time.time(), "step": step, "world": info.world_size,
                                 "attempt": attempt, "loss": flags[0].item() / info.world_size})
@@ -105,6 +108,7 @@ def main(argv: list[str]) -> None:
                 append_record(log, {"event": "checkpoint", "t": time.time(), "step": step,
                                     "world": info.world_size, "attempt": attempt})
             dist.barrier()  # the checkpoint exists before anyone leaves
+            last_save = time.monotonic()
         if flags[1] > 0:
             left_because = "notice" if _notice["at"] else "reform"
             if beat is not None:

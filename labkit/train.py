@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from labkit.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.errors import LaunchError, ParameterError
 from labkit.staleness import METHODS, StalenessConfig
 
@@ -67,7 +68,8 @@ class TrainConfig:
     nnodes: int = 1  # simulated nodes the ranks are spread over
     timeout_s: float = 900.0  # the whole launch
     ckpt_dir: str = ""  # sync: where checkpoints go (and a restarted job resumes from)
-    checkpoint_every_s: float = 0.0  # sync: checkpoint cadence in seconds; 0 = never (resume only)
+    checkpoint_every_updates: int | None = None  # sync: checkpoint after every N-th update
+    checkpoint_every_s: float | None = None  # sync: ... or every S seconds; neither: resume only
     keep_checkpoints: int = 3  # sync: how many complete checkpoints to keep
     max_restarts: int = 0  # torchrun restarts after a rank or node dies
     faults: str = ""  # injected faults, labkit.faults syntax: "kill:rank=1,step=30"
@@ -103,11 +105,13 @@ class TrainConfig:
             raise ParameterError("need max_inflight >= 1 and learner_batch >= 0")
         if self.learner_timeout_s <= 0 or self.timeout_s <= 0:
             raise ParameterError("timeouts must be positive")
-        if self.checkpoint_every_s < 0 or self.keep_checkpoints < 1 or self.max_restarts < 0:
-            raise ParameterError(
-                "need checkpoint_every_s >= 0, keep_checkpoints >= 1 and max_restarts >= 0")
-        if self.checkpoint_every_s > 0 and not self.ckpt_dir:
-            raise ParameterError("--checkpoint-every-s needs --ckpt-dir (where checkpoints go)")
+        if self.keep_checkpoints < 1 or self.max_restarts < 0:
+            raise ParameterError("need keep_checkpoints >= 1 and max_restarts >= 0")
+        cadence = cadence_of(self)
+        cadence.validate()
+        if cadence.periodic and not self.ckpt_dir:
+            raise ParameterError(f"checkpoints {cadence.describe()} need --ckpt-dir "
+                                 "(where checkpoints go)")
         if self.ckpt_dir and self.mode != "sync":
             raise ParameterError("checkpoints and resume are implemented for --mode sync only")
         from labkit.faults import parse_faults
@@ -205,8 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-when-solved", action="store_true")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the launch")
     parser.add_argument("--ckpt-dir", default="", help="sync: checkpoint folder (resumes from it)")
-    parser.add_argument("--checkpoint-every-s", type=float, default=0.0,
-                        help="sync: seconds between checkpoints (0: none)")
+    add_cadence_arguments(parser)
     parser.add_argument("--keep-checkpoints", type=int, default=3)
     parser.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
     parser.add_argument("--kill-rank", type=int, default=None, help="SIGKILL this rank once...")
@@ -237,7 +240,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        args.straggler_factor, staleness, hyper, args.buffer,
                        stop_when_solved=args.stop_when_solved, nnodes=args.nnodes,
                        timeout_s=args.timeout, ckpt_dir=args.ckpt_dir,
-                       checkpoint_every_s=args.checkpoint_every_s,
+                       **cadence_fields(args),
                        keep_checkpoints=args.keep_checkpoints, max_restarts=args.max_restarts,
                        faults=";".join(faults))
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from labkit.agents import ActorCritic, EnvPool, collect, seed_everything
+from labkit.cadence import cadence_of
 from labkit.checkpoint import CheckpointManager, model_fingerprint
 from labkit.dist import RankInfo
 from labkit.faults import maybe_inject, parse_faults, save_hook
@@ -73,7 +74,7 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
     reached = _reached(cfg, start)
     dist.barrier()
     progress = progress or Progress()
-    last_save = time.monotonic()
+    cadence, last_save = cadence_of(cfg), time.monotonic()
     for version in range(start, sync_iterations(cfg)):
         maybe_inject(faults, rank=info.rank, node=info.node_rank, step=version)
         rollout = collect(model, pool, h.rollout_len, generator=generator,
@@ -86,8 +87,7 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
         ended = rollout.episode_returns
         table[info.rank, 0] = len(ended)
         table[info.rank, 1:1 + len(ended)] = ended.to(info.device)
-        due = (checkpoints is not None and cfg.checkpoint_every_s > 0
-               and time.monotonic() - last_save >= cfg.checkpoint_every_s)
+        due = checkpoints is not None and cadence.due(version + 1, last_save)
         table[info.rank, -1] = float(info.rank == 0 and due)
         dist.all_reduce(table)
         rows = table.cpu().tolist()

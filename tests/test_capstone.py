@@ -28,7 +28,7 @@ from labkit.locks import FencedLock, FencedStore, StaleTokenError
 from labkit.metrics import PrometheusServer
 from labkit.services import RedisServer
 
-SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every=5)
+SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every_updates=5)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -37,7 +37,8 @@ SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every=5)
     ({"kill_slot": 6}, "kill_slot must be a slot in 0..5"),
     ({"max_restarts": 0}, "max_restarts"),
     ({"kill_at_update": 10_000}, "kill_at_update must be in"),
-    ({"checkpoint_every": -1}, "checkpoint_every"),
+    ({"checkpoint_every_updates": 0}, "checkpoint_every_updates"),
+    ({"checkpoint_every_updates": 5, "checkpoint_every_s": 2.0}, "not both"),
     ({"lease_ttl_s": 0.2}, "lease_ttl_s"),
 ])
 def test_impossible_runs_are_refused_before_anything_starts(changes, message):
@@ -88,7 +89,7 @@ def test_a_killed_rank_restarts_the_group_and_the_learner_resumes(report):
     assert rep.restarts["rank_starts"] == {str(s): 2 for s in range(6)}
     [resumed], [reached] = rep.lost_work["resumed_from_update"], rep.lost_work["reached_update"]
     # From a checkpoint on the cadence (or the final one, if the learner finished first).
-    assert resumed % SMALL["checkpoint_every"] == 0 or resumed == rep.throughput["updates"]
+    assert resumed % SMALL["checkpoint_every_updates"] == 0 or resumed == rep.throughput["updates"]
     assert resumed <= reached
     assert rep.lost_work["lost_updates"] == reached - resumed
     # Every rollout the lost updates used was pending (not acked) and came back.

@@ -146,3 +146,13 @@ def test_orchestration_commands_are_wired():
     assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr
     proc = labkit("partition", "election", "--help")
     assert proc.returncode == 0 and "--rule" in proc.stdout
+
+
+def test_checkpoint_cadences_are_checked_before_launch(tmp_path):
+    for command in (["train", "--ckpt-dir", str(tmp_path)], ["elastic"], ["capstone"]):
+        proc = labkit(*command, "--checkpoint-every-updates", "0")
+        assert proc.returncode == 2 and "whole number of updates >= 1" in proc.stderr, proc.stderr
+        proc = labkit(*command, "--checkpoint-every-s", "-1")
+        assert proc.returncode == 2 and "positive number of seconds" in proc.stderr, proc.stderr
+        proc = labkit(*command, "--checkpoint-every-updates", "5", "--checkpoint-every-s", "2")
+        assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr

@@ -56,7 +56,7 @@ def steps_logged(run) -> list[int]:
 
 
 def test_scale_up_then_a_preemption_notice_loses_no_step():
-    cfg = ElasticConfig(steps=50, work_s=0.1, checkpoint_every=10)
+    cfg = ElasticConfig(steps=50, work_s=0.1, checkpoint_every_updates=10)
     run = run_elastic(cfg, min_nodes=2, max_nodes=3, changes="join:2@5,preempt:2@25",
                       timeout_s=240)
     assert run.ok, (run.to_dict(), run.output[-80:])
@@ -74,7 +74,7 @@ def test_scale_up_then_a_preemption_notice_loses_no_step():
 
 
 def test_a_killed_node_costs_the_steps_since_the_last_checkpoint():
-    cfg = ElasticConfig(steps=40, work_s=0.1, checkpoint_every=10)
+    cfg = ElasticConfig(steps=40, work_s=0.1, checkpoint_every_updates=10)
     run = run_elastic(cfg, min_nodes=1, max_nodes=2, start_nodes=2, changes="kill:1@15",
                       timeout_s=240)
     assert run.ok, (run.to_dict(), run.output[-80:])
