@@ -4,6 +4,13 @@ Run under torchrun (or labkit's launcher), a script calls ``info = setup()`` and
 backend for its device (nccl with CUDA, gloo otherwise), its GPU from LOCAL_RANK, and a
 collective timeout that is short in the lab: PyTorch's default is 10 minutes for NCCL and
 30 for gloo, far too long to wait for a hang in a workshop.
+
+Joining the group has its own, longer limit. ``init_process_group(timeout=T)`` also bounds how
+far apart the ranks may arrive, and ranks arrive as far apart as their ``import torch`` and
+start-up take: seconds on a quiet laptop, much longer on a loaded or slow machine. So ``setup``
+joins with ``join_timeout()`` (5 minutes unless $LABKIT_JOIN_TIMEOUT says otherwise) and only
+then sets the short collective timeout on the group: a slow start never looks like a hang, and
+a real hang is still caught after the collective timeout.
 """
 
 from __future__ import annotations
@@ -14,10 +21,13 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 TIMEOUT_ENV = "LABKIT_COLLECTIVE_TIMEOUT"
+JOIN_TIMEOUT_ENV = "LABKIT_JOIN_TIMEOUT"
 BACKEND_ENV = "LABKIT_BACKEND"  # force a backend: gloo or nccl
 SIMULATED_ENV = "LABKIT_SIMULATED_NODES"  # set by labkit's launcher: every rank on this host
 DEFAULT_TIMEOUT_S = 60.0
-"""Lab default for collectives and rendezvous; override with LABKIT_COLLECTIVE_TIMEOUT."""
+"""Lab default for collectives; override with LABKIT_COLLECTIVE_TIMEOUT."""
+DEFAULT_JOIN_TIMEOUT_S = 300.0
+"""How long ``setup`` waits for every rank to join; override with LABKIT_JOIN_TIMEOUT."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +107,20 @@ def collective_timeout(seconds: float | None = None) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def join_timeout(collective: timedelta) -> timedelta:
+    """How long joining the group may take: $LABKIT_JOIN_TIMEOUT, else 300 s, and never less
+    than the collective timeout."""
+    seconds = float(os.environ.get(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S))
+    if seconds <= 0:
+        raise ValueError(f"join timeout must be positive, got {seconds}")
+    return max(timedelta(seconds=seconds), collective)
+
+
 def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInfo:
     """Join the process group torchrun prepared and return who we are.
+
+    ``timeout_s`` (else $LABKIT_COLLECTIVE_TIMEOUT, else 60 s) bounds every collective; joining
+    is bounded by ``join_timeout`` instead (see the module's docstring).
 
     Outside torchrun (no RANK in the environment) it makes a world of one on a free loopback
     port, so the same code runs in a plain Python process.
@@ -122,7 +144,11 @@ def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInf
         init_kwargs = {}
         if backend == "nccl":
             init_kwargs["device_id"] = torch.device(device)
-        dist.init_process_group(backend, timeout=collective_timeout(timeout_s), **init_kwargs)
+        collective = collective_timeout(timeout_s)
+        join = join_timeout(collective)
+        dist.init_process_group(backend, timeout=join, **init_kwargs)
+        if collective < join:  # public API sets one timeout at init; this sets it after joining
+            dist.distributed_c10d._set_pg_timeout(collective)
     return rank_info(backend, device)
 
 

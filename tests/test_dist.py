@@ -181,3 +181,35 @@ def test_setup_uses_nccl_on_a_gpu(world_of_one):
     assert tensor.device.type == "cuda" and tensor.tolist() == [3.0] * 4
     ldist.teardown()
     assert not dist.is_initialized()
+
+
+LATE_JOINER = """\
+import os, time
+import torch
+import torch.distributed as dist
+from labkit import dist as ldist, publish
+
+rank = int(os.environ["RANK"])
+if rank == 1:
+    time.sleep(3.0)  # arrives later than the 1 s collective timeout allows a collective to wait
+info = ldist.setup(timeout_s=1.0)
+x = torch.ones(1)
+dist.all_reduce(x)  # joined despite the late arrival
+if rank == 1:
+    time.sleep(4.0)  # now a peer that is late for a collective: a hang to be caught
+try:
+    dist.all_reduce(x)
+    outcome = "completed"
+except RuntimeError as exc:
+    outcome = "timed out" if "Timed out" in str(exc) else f"failed: {exc}"
+if rank == 0:
+    publish({"first": x.item(), "second": outcome})
+"""
+
+
+def test_a_late_rank_joins_and_a_late_collective_still_times_out():
+    from labkit.launch import launch_code
+
+    result = launch_code(LATE_JOINER, nproc_per_node=2, timeout_s=120)
+    assert result.ok, "\n".join(result.output[-20:])
+    assert result.published == {"first": 2.0, "second": "timed out"}
