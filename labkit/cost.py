@@ -444,6 +444,41 @@ DEFAULT_LAB_FIT = {"op": "all_reduce", "backend": "gloo", "n": 4, "alpha_us": 71
 LAB_POLICY_PARAMS = 67_586  # `labkit bench ddp --part agents`: the agent policy's parameters
 LAB_POLICY_GRAD_BYTES = LAB_POLICY_PARAMS * 4  # float32 gradients
 LAB_POLICY_STEP_S = 3.7e-3  # its local (one rank, no communication) step, README "Measured"
+LAB_POLICY_HIDDEN, LAB_POLICY_BATCH = 256, 64  # `labkit bench ddp --part agents` defaults
+
+
+def measure_policy_step_s(steps: int = 50, warmup: int = 5) -> float:
+    """The lab policy's local step (forward, backward, SGD; no communication) timed in this
+    process, median of ``steps``: the compute side of the scaling model, measured on this
+    machine rather than taken from the development machine's ``LAB_POLICY_STEP_S``."""
+    import statistics
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    if steps < 1 or warmup < 0:
+        raise ParameterError("need steps >= 1 and warmup >= 0")
+    gen = torch.Generator().manual_seed(0)
+    h = LAB_POLICY_HIDDEN
+    model = nn.Sequential(nn.Linear(4, h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(), nn.Linear(h, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    obs = torch.randn(LAB_POLICY_BATCH, 4, generator=gen)
+    act = torch.randint(0, 2, (LAB_POLICY_BATCH,), generator=gen)
+    times, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)  # as on a rank: torchrun sets OMP_NUM_THREADS=1
+    try:
+        for i in range(warmup + steps):
+            began = time.perf_counter()
+            F.cross_entropy(model(obs), act).backward()
+            opt.step()
+            opt.zero_grad()
+            if i >= warmup:
+                times.append(time.perf_counter() - began)
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(times)
 
 
 @dataclass(frozen=True)

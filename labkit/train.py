@@ -181,7 +181,29 @@ def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = No
     if not isinstance(result.published, dict):
         raise LaunchError("the training ranks published no result; last output:\n"
                           + "\n".join(result.output[-20:]))
-    return result.published
+    published = result.published
+    if note := recovery_note(cfg, published):
+        published["recovery_note"] = note
+    return published
+
+
+def recovery_note(cfg: TrainConfig, result: dict[str, Any]) -> str | None:
+    """Why a restarted run began at update 0 although it was asked to checkpoint, or None."""
+    cadence = cadence_of(cfg)
+    if not result.get("restarts") or result.get("resumed_from_step") is not None:
+        return None
+    if not cadence.periodic:
+        return ("restarted from update 0: no checkpoint cadence was set "
+                "(--checkpoint-every-updates N with --ckpt-dir)")
+    reached = result.get("lost_steps", 0) // max(1, cfg.rollout_steps)
+    if cadence.updates is not None:
+        return (f"restarted from update 0: the first checkpoint comes after update "
+                f"{cadence.updates}, and the failure came after {reached}")
+    pace = result["seconds"] / max(1, result["updates"])
+    return (f"restarted from update 0: the failure came after {reached} updates, before "
+            f"{cadence.seconds:g} s had passed ({1000 * pace:.0f} ms per update here), so the "
+            f"cadence in seconds had written nothing; --checkpoint-every-updates N checkpoints "
+            f"after fixed updates on any machine")
 
 
 SUMMARY_KEYS = ("mode", "agents", "world_size", "env_steps", "seconds", "env_steps_per_s",
@@ -253,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         for key in SUMMARY_KEYS:
             print(f"{key:>18}: {result.get(key)}")
+        if "recovery_note" in result:
+            print(f"\nnote: {result['recovery_note']}")
     return 0
 
 

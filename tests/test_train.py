@@ -92,16 +92,30 @@ def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftov
     """Stop the server while actors and learner talk through it: a rank fails naming Redis."""
     import threading
 
+    import redis
+
     from labkit.services import RedisServer
 
     server = RedisServer().start()
     monkeypatch.setenv("REDIS_URL", server.url)
-    stopper = threading.Timer(20.0, server.stop)  # start-up takes seconds; the run many more
+    done = threading.Event()
+
+    def stop_once_training() -> None:  # mid-run on any machine: after the learner's 2nd version
+        client = redis.Redis.from_url(server.url)
+        while not done.is_set():
+            versions = [int(client.get(key) or 0) for key in client.scan_iter(match="*:version")]
+            if max(versions, default=0) >= 2:
+                server.stop()
+                return
+            done.wait(0.05)
+
+    stopper = threading.Thread(target=stop_once_training, daemon=True)
     stopper.start()
     try:
         with pytest.raises(RankFailedError, match=r"lost Redis at redis://"):
-            train(small(mode="async", steps=2_000_000, timeout_s=180), run_dir=tmp_path)
+            train(small(mode="async", steps=2_000_000, timeout_s=300), run_dir=tmp_path)
     finally:
-        stopper.cancel()
+        done.set()
+        stopper.join(timeout=10)
         server.stop()
     assert not leftover_processes(tmp_path)
