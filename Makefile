@@ -15,10 +15,10 @@ endif
 STAMP := .make/installed-$(shell echo "$(abspath $(ENV_PYTHON))" | cksum | cut -d' ' -f1)
 ARGS ?=
 
-.PHONY: help setup run smoke test lint lab doctor bench clean
+.PHONY: help setup system-deps run smoke test lint lab doctor bench clean
 
 help: ## list every target
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 	@echo "  (ARGS=\"...\" passes extra options, e.g. make run ARGS=\"--only 01\")"
 
 .venv/bin/python:
@@ -30,6 +30,10 @@ $(STAMP): pyproject.toml | $(ENV_PYTHON)
 	@mkdir -p .make && touch $@
 
 setup: $(STAMP) ## create/refresh the environment and install the pinned dependencies
+	@$(ENV_PYTHON) -m labkit doctor --programs
+
+system-deps: $(STAMP) ## install the optional system programs (apt-get as root; else prints how)
+	$(ENV_PYTHON) -m labkit doctor --install $(ARGS)
 
 run: $(STAMP) ## execute the whole course headless (papermill), results in runs/latest
 	$(ENV_PYTHON) -m labkit course run $(ARGS)
@@ -46,7 +50,7 @@ lint: $(STAMP) ## ruff over labkit, tests and notebooks
 lab: $(STAMP) ## open JupyterLab on the notebooks
 	$(ENV_PYTHON) -m jupyter lab --notebook-dir=notebooks $(ARGS)
 
-doctor: $(STAMP) ## what this machine has: torch, backends, GPUs, NCCL, Redis, NATS
+doctor: $(STAMP) ## what this machine has: torch, GPUs, NCCL, Redis, NATS, optional programs
 	$(ENV_PYTHON) -m labkit doctor $(ARGS)
 
 bench: $(STAMP) ## launch overhead: labkit vs bare torchrun, JSON

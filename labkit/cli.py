@@ -1,6 +1,7 @@
 """The ``labkit`` command (also ``python -m labkit``).
 
-    labkit doctor [--json]
+    labkit doctor [--json] [--programs]
+    labkit doctor --install [--cluster] [--dry-run]     (make system-deps)
     labkit course run [--smoke] [--only 01 03] [--out DIR]
     labkit course student --out student/ [03 05 ...] [--force]
     labkit course check student/03_collectives_and_bandwidth.ipynb [--smoke] [--json]
@@ -52,24 +53,64 @@ from labkit.nccl.cli import add_check_arguments, run_check
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from labkit.doctor import format_table, run_doctor
+    from labkit import doctor
 
-    checks = run_doctor()
+    if (args.cluster or args.dry_run) and not args.install:
+        args.parser.error("--cluster and --dry-run go with --install")
+    if args.install and (args.json or args.programs):
+        args.parser.error("--install prints what it does: no --json or --programs with it")
+    if args.install:
+        return _doctor_install(args.cluster, args.dry_run)
+    programs = doctor.check_programs()
+    if args.programs:
+        if args.json:
+            print(json.dumps([p.to_dict() for p in programs], indent=2))
+        else:
+            print(doctor.format_programs(programs, short=True))
+        return 0
+    checks = doctor.run_doctor()
     if args.json:
-        print(json.dumps([c.to_dict() for c in checks], indent=2))
+        print(json.dumps([c.to_dict() for c in checks + [p.to_check() for p in programs]],
+                         indent=2))
     else:
-        print(format_table(checks))
+        print(doctor.format_table(checks))
+        print()
+        print(doctor.format_programs(programs))
     return 0 if all(c.ok for c in checks) else 1
+
+
+def _doctor_install(cluster: bool, dry_run: bool) -> int:
+    """``labkit doctor --install``: apt-get the missing programs' packages when root on
+    Debian/Ubuntu, otherwise print what to run."""
+    from labkit import doctor
+
+    plan = doctor.plan_install(doctor.check_programs(versions=False), doctor.this_system(),
+                               cluster=cluster)
+    if not plan.runs:
+        print(plan.advice)
+        return 0
+    if dry_run:
+        print("would run (as root):")
+        print("\n".join(f"  {shlex.join(command)}" for command in plan.commands))
+        return 0
+    code = doctor.run_install(plan)
+    print(doctor.format_programs(doctor.check_programs(), short=True))
+    return code
 
 
 def _course_run(args: argparse.Namespace) -> int:
     from labkit.course import run_course
 
-    result = run_course(
-        notebooks_dir=args.notebooks, out=args.out, smoke=args.smoke, only=args.only or None,
-        cell_timeout=args.cell_timeout, progress=not args.no_progress,
-    )
-    return 0 if result.ok else 1
+    try:
+        result = run_course(
+            notebooks_dir=args.notebooks, out=args.out, smoke=args.smoke,
+            only=args.only or None, cell_timeout=args.cell_timeout,
+            progress=not args.no_progress,
+        )
+    except KeyboardInterrupt:  # before the first notebook started: nothing to clean up
+        print("labkit: interrupted before any notebook ran", file=sys.stderr)
+        return 130
+    return result.exit_code
 
 
 def _course_student(args: argparse.Namespace) -> int:
@@ -142,9 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    doctor = commands.add_parser("doctor", help="torch, backends, GPUs, NCCL, Redis, NATS")
+    doctor = commands.add_parser(
+        "doctor", help="torch, backends, GPUs, NCCL, Redis, NATS, optional system programs")
     doctor.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    doctor.set_defaults(func=_doctor)
+    doctor.add_argument("--programs", action="store_true",
+                        help="only the optional system programs, short (no servers started)")
+    doctor.add_argument("--install", action="store_true",
+                        help="install the missing optional programs: apt-get when root on "
+                             "Debian/Ubuntu, otherwise print the commands to run")
+    doctor.add_argument("--cluster", action="store_true",
+                        help="with --install: also ssh, sshd and Slurm, for real-cluster work")
+    doctor.add_argument("--dry-run", action="store_true",
+                        help="with --install: print the commands instead of running them")
+    doctor.set_defaults(func=_doctor, parser=doctor)
 
     course = commands.add_parser("course", help="the notebooks").add_subparsers(
         dest="course_command", required=True)

