@@ -15,7 +15,7 @@ endif
 STAMP := .make/installed-$(shell echo "$(abspath $(ENV_PYTHON))" | cksum | cut -d' ' -f1)
 ARGS ?=
 
-.PHONY: help setup system-deps run smoke test lint lab doctor bench clean
+.PHONY: help setup system-deps run smoke test test-speed lint lab doctor bench clean
 
 help: ## list every target
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ smoke: $(STAMP) ## execute the whole course at smoke size
 
 test: $(STAMP) ## run the test suite (includes every notebook at smoke size)
 	$(ENV_PYTHON) -m pytest $(ARGS)
+
+test-speed: $(STAMP) ## the speed tier: pace x0.1 and x10, then the smoke course on one busy core
+	$(ENV_PYTHON) -m labkit course speed $(ARGS)
 
 lint: $(STAMP) ## ruff over labkit, tests and notebooks
 	$(ENV_PYTHON) -m ruff check labkit tests notebooks

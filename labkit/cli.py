@@ -2,7 +2,8 @@
 
     labkit doctor [--json] [--programs]
     labkit doctor --install [--cluster] [--dry-run]     (make system-deps)
-    labkit course run [--smoke] [--only 01 03] [--out DIR]
+    labkit course run [--smoke] [--only 01 03] [--out DIR] [--pace F]
+    labkit course speed [--out runs/speed] [--paces 0.1,10] [--no-one-core]   (make test-speed)
     labkit course student --out student/ [03 05 ...] [--force]
     labkit course check student/03_collectives_and_bandwidth.ipynb [--smoke] [--json]
     labkit launch --nnodes 2 --nproc-per-node 2 script.py [args...]
@@ -105,12 +106,27 @@ def _course_run(args: argparse.Namespace) -> int:
         result = run_course(
             notebooks_dir=args.notebooks, out=args.out, smoke=args.smoke,
             only=args.only or None, cell_timeout=args.cell_timeout,
-            progress=not args.no_progress,
+            progress=not args.no_progress, pace=args.pace,
         )
     except KeyboardInterrupt:  # before the first notebook started: nothing to clean up
         print("labkit: interrupted before any notebook ran", file=sys.stderr)
         return 130
     return result.exit_code
+
+
+def _course_speed(args: argparse.Namespace) -> int:
+    from labkit.course_speed import passed, run_speed_tier
+
+    try:
+        paces = tuple(float(p) for p in args.paces.split(",") if p.strip())
+    except ValueError:
+        args.parser.error(f"--paces takes factors like 0.1,10, not {args.paces!r}")
+    try:
+        conditions = run_speed_tier(args.out, args.notebooks, paces, not args.no_one_core)
+    except KeyboardInterrupt:
+        print("labkit: speed tier interrupted", file=sys.stderr)
+        return 130
+    return 0 if passed(conditions) else 1
 
 
 def _course_student(args: argparse.Namespace) -> int:
@@ -204,9 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--only", nargs="+", metavar="ID", help="notebook ids, e.g. 00 03")
     run.add_argument("--out", help="run folder (default runs/<timestamp>, linked as runs/latest)")
     run.add_argument("--notebooks", default="notebooks", help="notebook folder")
-    run.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell")
+    run.add_argument("--cell-timeout", type=float, default=3600, help="seconds per cell")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--pace", type=float, default=None, metavar="F",
+                     help="scale the notebooks' pace parameters (notebooks/pace.yml) by F: 0.1 "
+                          "meets the work with a tenth of the time, as a 10x slower machine")
     run.set_defaults(func=_course_run)
+    speed = course.add_parser(
+        "speed", help="the speed tier: pace parameters at 0.1x and 10x, the course on one busy core")
+    speed.add_argument("--out", default="runs/speed", help="folder for the runs and speed.json")
+    speed.add_argument("--notebooks", default="notebooks", help="notebook folder")
+    speed.add_argument("--paces", default="0.1,10", help="pace factors, comma-separated")
+    speed.add_argument("--no-one-core", action="store_true",
+                       help="skip the smoke course pinned to one core beside a busy loop")
+    speed.set_defaults(func=_course_speed, parser=speed)
     student = course.add_parser(
         "student", help="write student copies: solutions become stubs that say 'not done'")
     student.add_argument("--out", required=True, help="folder for the copies (not notebooks/)")
@@ -220,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--smoke", action="store_true", help="smoke sizes from smoke.yml")
     check.add_argument("--json", action="store_true", help="print JSON instead of lines")
     check.add_argument("--notebooks", default="notebooks", help="folder for an id like 03")
-    check.add_argument("--cell-timeout", type=float, default=600, help="seconds per cell")
+    check.add_argument("--cell-timeout", type=float, default=3600, help="seconds per cell")
     check.add_argument("--output", help="keep the executed notebook (tracebacks) here")
     check.set_defaults(func=_course_check)
 

@@ -15,6 +15,7 @@ notebook gets a ``TMPDIR`` of its own), and the run folder says which notebook w
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import functools
@@ -46,10 +47,14 @@ from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
 from labkit import doctor
+from labkit.course_pace import PACE_FILE, load_pace_file, scaled
 from labkit.errors import LabkitError, ParameterError
 from labkit.proctree import parent_pid
 from labkit.results import RESULTS_ENV
 
+CELL_TIMEOUT_S = 3600.0
+"""papermill's limit per cell: a backstop far above any cell's work (every launch in a cell has
+its own limit), so a machine several times slower than this lab's still finishes."""
 SMOKE_FILE = "smoke.yml"
 """The smoke sizes, next to the notebooks: notebook stem -> {parameter: value}."""
 
@@ -101,6 +106,8 @@ class CourseResult:
     total_seconds: float = 0.0
     interrupted_by: int | None = None
     """The signal (SIGINT, SIGTERM) that stopped the run, None when it ran to the end."""
+    pace: float | None = None
+    """The factor the pace parameters were scaled by (``--pace``), None: as planned."""
 
     @property
     def ok(self) -> bool:
@@ -122,6 +129,7 @@ class CourseResult:
         return {
             "started": self.started,
             "smoke": self.smoke,
+            "pace": self.pace,
             "total_seconds": round(self.total_seconds, 3),
             "ok": self.ok,
             "interrupted": self.signal_name,
@@ -207,6 +215,11 @@ def check_parameters(notebook_path: str | Path, params: Mapping[str, object]) ->
         declared = papermill.inspect_notebook(str(notebook_path))
     except ValueError as exc:  # papermill needs the kernelspec the notebook was saved with
         raise ParameterError(f"{name}: {exc} (open and save it in Jupyter)") from exc
+    assigned = _assigned_names(tagged[0].source)
+    if unparsed := [n for n in assigned if n not in declared]:
+        raise ParameterError(
+            f"{name}: papermill cannot read the parameter line(s) of {', '.join(unparsed)} "
+            "(one `name = value  # comment` per line, no '=' in the comment)")
     unknown = [p for p in params if p not in declared]
     if unknown:
         raise ParameterError(
@@ -216,16 +229,28 @@ def check_parameters(notebook_path: str | Path, params: Mapping[str, object]) ->
         )
 
 
+def _assigned_names(source: str) -> list[str]:
+    """The names a parameters cell assigns, in order."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError as exc:
+        raise ParameterError(f"the parameters cell is not valid Python: {exc}") from exc
+    return [t.id for node in body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)]
+
+
 def plan_course(
     notebooks_dir: str | Path = "notebooks",
     smoke: bool = False,
     only: list[str] | None = None,
     parameters_override: Mapping[str, Mapping[str, object]] | None = None,
+    pace: float | None = None,
 ) -> list[tuple[Path, dict]]:
     """Validate a run without executing it: the selected notebooks and the parameters for each.
 
     Smoke sizes come from ``smoke.yml`` (every notebook needs an entry, and every entry a
-    notebook); ``parameters_override`` (keyed by id or stem) goes on top.
+    notebook); ``parameters_override`` (keyed by id or stem) goes on top; ``pace`` then scales
+    each notebook's pace parameters (``pace.yml``, see ``labkit.course_pace``).
     """
     notebooks_dir = Path(notebooks_dir)
     notebooks = find_notebooks(notebooks_dir)
@@ -258,6 +283,10 @@ def plan_course(
         if not isinstance(values, Mapping):
             raise ParameterError(f"parameters for {p.stem} must be a mapping, not {values!r}")
         params[p].update(values)
+    if pace is not None:
+        kinds = load_pace_file(notebooks_dir / PACE_FILE)
+        for p in selected:
+            params[p].update(scaled(p, params[p], kinds.get(p.stem, {}).get("pace", []), pace))
     for p in selected:
         check_parameters(p, params[p])
     return [(p, params[p]) for p in selected]
@@ -268,10 +297,11 @@ def run_course(
     out: str | Path | None = None,
     smoke: bool = False,
     only: list[str] | None = None,
-    cell_timeout: float | None = 600,
+    cell_timeout: float | None = CELL_TIMEOUT_S,
     parameters_override: Mapping[str, Mapping[str, object]] | None = None,
     progress: bool = True,
     kernel_name: str | None = None,
+    pace: float | None = None,
 ) -> CourseResult:
     """Execute the selected notebooks in order, each in a fresh kernel, and keep the results.
 
@@ -283,7 +313,7 @@ def run_course(
     """
     notebooks_dir = Path(notebooks_dir).resolve()
     plan = plan_course(
-        notebooks_dir, smoke=smoke, only=only, parameters_override=parameters_override
+        notebooks_dir, smoke=smoke, only=only, parameters_override=parameters_override, pace=pace
     )
     if kernel_name is not None:
         try:
@@ -301,7 +331,7 @@ def run_course(
         run_dir.mkdir(parents=True, exist_ok=True)
 
     course = CourseResult(
-        run_dir=run_dir, started=started.isoformat(timespec="seconds"), smoke=smoke
+        run_dir=run_dir, started=started.isoformat(timespec="seconds"), smoke=smoke, pace=pace
     )
     programs = doctor.check_programs(versions=False)
     exporter = HTMLExporter()
@@ -680,6 +710,8 @@ def _index_html(course: CourseResult) -> str:
             f"<td>{esc(_first_line(r.error or ''))}</td></tr>"
         )
     size = "smoke" if course.smoke else "workshop"
+    if course.pace is not None:
+        size += f", pace x{course.pace:g}"
     verdict = "all ok" if course.ok else "FAILED"
     if course.interrupted_by is not None:
         verdict = _verdict(course)

@@ -250,6 +250,13 @@ def test_notebook_without_parameters_cell_is_an_error(tmp_path):
     course.check_parameters(nbdir / "01_report.ipynb", {"n": 1, "label": "x"})
 
 
+def test_a_parameter_line_papermill_cannot_read_is_an_error(tmp_path):
+    path = make_notebook(tmp_path / "00_eq.ipynb",
+                         "n = 3  # fine\nwindow_s = 2.0  # W = n windows of this")
+    with pytest.raises(ParameterError, match="cannot read the parameter line.*window_s"):
+        course.check_parameters(path, {})
+
+
 def test_load_smoke_parameters(tmp_path):
     path = tmp_path / "smoke.yml"
     path.write_text("# nothing yet\n")
