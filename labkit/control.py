@@ -63,6 +63,7 @@ JOB_ENV = "LABKIT_CONTROL_JOB"
 """Set in every agent :func:`spawn_agent` starts, so leftover processes can be found."""
 STATUS_TIMEOUT_S = 2.0
 DRAIN_S = 0.2
+STOP_GRACE_S = 10.0  # SIGTERMed agents leave within a second; SIGKILL only one that hangs
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")  # no ':' or glob characters in keys
 
 
@@ -162,6 +163,8 @@ class Heartbeat:
         self.beats = 0
         """Beats that reached Redis."""
         self.failed_beats = 0
+        self._last_ok: float | None = None  # time.monotonic() of the last beat that worked
+        self._longest_gap_s = 0.0
         self._state, self._step, self._since = "starting", None, time.time()
         self._timeout_s = min(2.0, max(0.25, self.interval_s))
         self._client = _client(url, self._timeout_s)
@@ -178,6 +181,15 @@ class Heartbeat:
     @property
     def step(self) -> int | None:
         return self._step
+
+    @property
+    def longest_gap_s(self) -> float:
+        """The longest this agent went without a beat reaching Redis, the current silence
+        included. Above ``ttl_s - interval_s`` a reader may have seen it dead: a beat came late
+        (a busy machine, a pause), not a dead agent."""
+        if self._last_ok is None or self._left:
+            return self._longest_gap_s
+        return max(self._longest_gap_s, time.monotonic() - self._last_ok)
 
     def start(self) -> Heartbeat:
         """Beats once with state ``starting`` and starts the daemon thread; returns self.
@@ -269,6 +281,10 @@ class Heartbeat:
                 return False
             self.beats += 1
             self.last_error = None
+            now = time.monotonic()
+            if self._last_ok is not None:
+                self._longest_gap_s = max(self._longest_gap_s, now - self._last_ok)
+            self._last_ok = now
             return True
 
     def _run(self) -> None:
@@ -505,7 +521,7 @@ class DetectionResult:
     killed: str
     """The agent that got SIGKILL."""
     detection_s: float
-    """From the SIGKILL to the first status that showed it dead."""
+    """From the SIGKILL to the end of the first status read that showed it dead."""
     silent_at_kill_s: float
     """How long it had not beaten when killed (its age when found dead minus detection_s):
     detection_s is about ttl_s minus this, plus up to one poll."""
@@ -519,6 +535,36 @@ class DetectionResult:
     the time one status read takes."""
     statuses: list[AgentStatus] = field(default_factory=list)
     """The fleet after both were seen (the other agents still running)."""
+    alive_read_s: float = 0.0
+    """When (after the SIGKILL) the last read that still showed it alive began: its hash
+    expired between then and ``detection_s``. A detection past ``bound_s`` with this below
+    ``ttl_s`` expired in time and was *seen* late: the watcher's reads ran late (a busy
+    machine), not Redis."""
+
+    @property
+    def read_window_s(self) -> float:
+        """From the start of the last read that saw it alive to the end of the one that saw
+        it dead: ``poll_s`` plus two reads when the watcher keeps its pace."""
+        return self.detection_s - self.alive_read_s
+
+    def explain(self) -> str | None:
+        """Why this detection fell outside [``ttl_s - interval_s``, ``bound_s``], in words
+        from what was measured; None when it fell inside."""
+        early = self.ttl_s - self.interval_s
+        if self.detection_s < early:
+            return (f"its last beat came {self.silent_at_kill_s:.2f} s before the kill, "
+                    f"{self.silent_at_kill_s - self.interval_s:.2f} s later than its "
+                    f"{self.interval_s:g} s interval: a late beat (a busy machine), so less "
+                    "TTL was left")
+        if self.detection_s <= self.bound_s:
+            return None
+        if self.alive_read_s < self.ttl_s:
+            return (f"its hash expired between {self.alive_read_s:.2f} s and "
+                    f"{self.detection_s:.2f} s after the kill, within the TTL; the watcher's "
+                    f"reads took {self.read_window_s:.2f} s against a {self.poll_s:g} s poll "
+                    "(a busy machine) and saw it late")
+        return (f"a read {self.alive_read_s:.2f} s after the kill still saw it alive: a beat "
+                "was still on its way to Redis when the agent was killed")
 
 
 def _stop_all(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
@@ -583,11 +629,14 @@ def measure_detection(url: str, job: str | None = None, *, agents: int = 3, ttl_
         procs[1].terminate()
         t_term = time.monotonic()
         detection = left = None
-        dead_age = 0.0
+        dead_age = alive_read = 0.0
         deadline = t_kill + ttl + interval + 30.0
         while detection is None or left is None:
+            began = time.monotonic()
             statuses = {s.name: s for s in fleet_status(url, job)}
             seen = time.monotonic()
+            if detection is None and statuses[killed].state != DEAD:
+                alive_read = began - t_kill
             if detection is None and statuses[killed].state == DEAD:
                 detection, dead_age = seen - t_kill, statuses[killed].age_s or 0.0
             if left is None and statuses[terminated].state == "left":
@@ -607,9 +656,10 @@ def measure_detection(url: str, job: str | None = None, *, agents: int = 3, ttl_
             ttl_s=ttl, interval_s=interval, poll_s=poll, killed=killed,
             detection_s=detection, silent_at_kill_s=max(0.0, dead_age - detection),
             terminated=terminated, left_s=left, terminated_exit_code=code,
-            bound_s=dead_after_s(ttl, poll), statuses=fleet_status(url, job))
+            bound_s=dead_after_s(ttl, poll), statuses=fleet_status(url, job),
+            alive_read_s=max(0.0, alive_read))
     finally:
-        _stop_all(procs, grace_s=2.0 + DRAIN_S)
+        _stop_all(procs, grace_s=STOP_GRACE_S + DRAIN_S)
         for log in logs:
             log.close()
 

@@ -51,11 +51,12 @@ HEARTBEAT_PORT = 7946  # UDP, on each node's own lab address (namespaces keep la
 INTERVAL_S = 0.1  # a member's tick: send heartbeats, decide, record
 ALIVE_S = 0.5  # a peer heard from within this is "visible"
 STARTUP_LIMIT_S = 30.0  # members must start and see each other within this
+PHASE_LIMIT_S = 30.0  # every member must notice a cut, or the heal, within this (takes ~ALIVE_S)
 RULES = ("naive", "quorum")
 RANK_SCRIPT = Path(__file__).with_name("partition_rank.py")
 WARMUP_ITERATIONS = 5  # all_reduces every rank completes before the cut
 ITERATION_PAUSE_S = 0.05  # between all_reduces: a few tens per second are plenty here
-STARTUP_ALLOWANCE_S = 20.0  # torch import and rendezvous of every rank on a small machine
+AFTER_CUT_SLACK_S = 20.0  # past 3 collective timeouts after the cut: the job is ended
 
 
 class PartitionError(LabkitError):
@@ -124,7 +125,9 @@ def run_member(node: int, addresses: list[str], rule: str, out: Path, lifetime_s
     """The member loop (run inside node's namespace): every ``interval_s`` send a heartbeat to
     every peer, take in what arrived, decide by ``rule`` and append one JSON line to ``out``:
     ``{"t": wall time, "node", "leader", "working", "visible": [...]}``. Ends after
-    ``lifetime_s`` (a safety net: the experiment ends it long before)."""
+    ``lifetime_s`` (a safety net: the experiment ends it long before). ``"late"`` in each
+    line: how late the tick ran on a busy machine (a peer drops a member whose ticks are late
+    by more than ``alive_s - interval_s``, network or not)."""
     nodes = len(addresses)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((addresses[node], port))
@@ -161,7 +164,8 @@ def run_member(node: int, addresses: list[str], rule: str, out: Path, lifetime_s
             visible = {node} | {p for p, t in heard.items() if now - t <= alive_s}
             leader, working = decide(node, visible, nodes, rule)
             log.write(json.dumps({"t": time.time(), "node": node, "leader": leader,
-                                  "working": working, "visible": sorted(visible)}) + "\n")
+                                  "working": working, "visible": sorted(visible),
+                                  "late": round(max(0.0, now - next_tick), 4)}) + "\n")
             if next_tick < time.monotonic():  # fell behind (a busy machine): don't burst
                 next_tick = time.monotonic()
 
@@ -176,6 +180,7 @@ class Sample:
     leader: bool
     working: bool
     visible: list[int]
+    late: float = 0.0  # how late the member's tick ran (a busy machine)
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,8 @@ class Phase:
     ``leaders``: every node that claimed leadership at some tick of the phase;
     ``leaders_at_end``/``working_at_end``: each node's last decision in the phase (the settled
     state); ``working_throughout``: nodes that worked at every tick of it. ``split_brain``: two
-    or more nodes held leadership at the same time, for ``split_brain_s`` seconds in all."""
+    or more nodes held leadership at the same time, for ``split_brain_s`` seconds in all.
+    ``max_late_s``: the latest any member's tick ran in the phase (machine load)."""
 
     name: str
     start_s: float
@@ -197,6 +203,7 @@ class Phase:
     split_brain_s: float
     working_at_end: list[int]
     working_throughout: list[int]
+    max_late_s: float = 0.0
 
 
 @dataclass
@@ -204,7 +211,9 @@ class ElectionResult:
     """One election run. ``detect_s[node]``: from the cut to that node's first tick that saw the
     partition (a peer missing); ``rejoin_s[node]``: from the heal to its first tick that saw every
     node again; None when it never did. Times are the members' own, relative to the start of the
-    healthy phase (``cut_at_s``, ``heal_at_s``)."""
+    healthy phase (``cut_at_s``, ``heal_at_s``). ``busy_phases``: phases in which a member's
+    tick ran ``alive_s - interval_s`` late or more, so a peer could drop it with no network
+    problem at all (a machine too busy for the liveness window, not a partition)."""
 
     nodes: int
     rule: str
@@ -216,6 +225,13 @@ class ElectionResult:
     detect_s: dict[int, float | None]
     rejoin_s: dict[int, float | None]
     samples: list[Sample] = field(repr=False, default_factory=list)
+    interval_s: float = INTERVAL_S
+    alive_s: float = ALIVE_S
+
+    @property
+    def busy_phases(self) -> list[str]:
+        window = self.alive_s - self.interval_s
+        return [p.name for p in self.phases if p.max_late_s >= window]
 
     def phase(self, name: str) -> Phase:
         return next(p for p in self.phases if p.name == name)
@@ -233,7 +249,7 @@ class ElectionResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "split_brain": self.split_brain,
-                "detected_within_s": self.detected_within_s}
+                "detected_within_s": self.detected_within_s, "busy_phases": self.busy_phases}
 
 
 def _read_samples(paths: list[Path]) -> list[dict]:
@@ -256,6 +272,23 @@ def _settled(rows: list[dict], nodes: int) -> bool:
             and sum(r["leader"] for r in last.values()) == 1)
 
 
+def _seen_by_all(rows: list[dict], nodes: int, since: float, sees) -> bool:  # noqa: ANN001
+    """Every member has ticked since ``since`` (wall clock) and its latest tick ``sees(node,
+    visible)``: the cut noticed on both sides, or every node visible again after the heal."""
+    last = {r["node"]: r for r in rows if r["t"] >= since}
+    return len(last) == nodes and all(sees(n, set(r["visible"])) for n, r in last.items())
+
+
+def _wait_for(outs: list[Path], nodes: int, since: float, sees, interval_s: float) -> None:  # noqa: ANN001
+    """Until every member's latest tick agrees (:func:`_seen_by_all`), at most PHASE_LIMIT_S:
+    a phase lasts as long as noticing takes on this machine, never less."""
+    deadline = time.monotonic() + PHASE_LIMIT_S
+    while not _seen_by_all(_read_samples(outs), nodes, since, sees):
+        if time.monotonic() > deadline:
+            return  # the result says who never noticed (detect_s / rejoin_s None)
+        time.sleep(interval_s)
+
+
 def summarize_phase(samples: list[Sample], name: str, start: float, end: float,
                     nodes: int) -> Phase:
     """Sweep the merged ticks of every node over [start, end): a node holds its last decision
@@ -265,6 +298,7 @@ def summarize_phase(samples: list[Sample], name: str, start: float, end: float,
         if s.t < start:
             state[s.node] = s
     inside = [s for s in samples if start <= s.t < end]
+    max_late = max((s.late for s in inside), default=0.0)
     leaders = {s.node for s in inside if s.leader} | {n for n, s in state.items() if s.leader}
     worked_all = {n for n in range(nodes)
                   if all(s.working for s in inside if s.node == n)
@@ -288,7 +322,7 @@ def summarize_phase(samples: list[Sample], name: str, start: float, end: float,
         max_simultaneous_leaders=max_leaders, split_brain=max_leaders >= 2,
         split_brain_s=round(overlap, 3),
         working_at_end=sorted(n for n, s in state.items() if s.working),
-        working_throughout=sorted(worked_all))
+        working_throughout=sorted(worked_all), max_late_s=round(max_late, 3))
 
 
 def _first_after(samples: list[Sample], node: int, after: float, pred) -> float | None:  # noqa: ANN001
@@ -318,12 +352,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 
 def election_experiment(nodes: int, rule: str, cut_node: int, healthy_s: float = 1.0,
-                        cut_s: float = 2.0, healed_s: float = 1.0,
+                        cut_s: float = 1.5, healed_s: float = 0.5,
                         interval_s: float = INTERVAL_S, alive_s: float = ALIVE_S) -> ElectionResult:
     """Run one member per node in its own namespace, let them settle on one leader, then:
-    ``healthy_s`` healthy, cut ``cut_node`` for ``cut_s``, heal, ``healed_s`` more. Returns who
-    led and who worked in each phase, whether two leaders overlapped, and how fast each node
-    noticed the cut and the heal."""
+    ``healthy_s`` healthy; cut ``cut_node`` and keep it cut until every member noticed (both
+    sides lost each other), then ``cut_s`` more; heal, and once every member sees every node
+    again ``healed_s`` more. Returns who led and who worked in each phase, whether two leaders
+    overlapped, and how fast each node noticed the cut and the heal. Waiting for the members
+    instead of a fixed time keeps the phases meaningful on a slow machine."""
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}; one of {RULES}")
     if nodes < 2 or not 0 <= cut_node < nodes:
@@ -339,7 +375,7 @@ def election_experiment(nodes: int, rule: str, cut_node: int, healthy_s: float =
         cleanup.callback(_heal_quietly, lab, cut_node)  # a no-op unless still cut
         addresses = [lab.address(n) for n in range(nodes)]
         outs = [folder / f"node{n}.jsonl" for n in range(nodes)]
-        lifetime = STARTUP_LIMIT_S + healthy_s + cut_s + healed_s + 10
+        lifetime = STARTUP_LIMIT_S + 2 * PHASE_LIMIT_S + healthy_s + cut_s + healed_s + 10
         for n in range(nodes):
             cmd = [*lab.command_prefix(n), sys.executable, "-m", "labkit.partition", "member",
                    "--node", str(n), "--addresses", ",".join(addresses), "--rule", rule,
@@ -359,15 +395,18 @@ def election_experiment(nodes: int, rule: str, cut_node: int, healthy_s: float =
         time.sleep(healthy_s)
         cut_at = time.time()
         cut(lab, cut_node)
+        _wait_for(outs, nodes, cut_at, lambda n, seen: (seen == {n}) if n == cut_node
+                  else cut_node not in seen, interval_s)
         time.sleep(cut_s)
         heal_at = time.time()
         heal(lab, cut_node)
+        _wait_for(outs, nodes, heal_at, lambda n, seen: len(seen) == nodes, interval_s)
         time.sleep(healed_s)
         end = time.time()
         _stop(procs)
         rows = _read_samples(outs)
-    samples = [Sample(round(r["t"] - t0, 3), r["node"], r["leader"], r["working"], r["visible"])
-               for r in rows if r["t"] <= end]
+    samples = [Sample(round(r["t"] - t0, 3), r["node"], r["leader"], r["working"], r["visible"],
+                      r.get("late", 0.0)) for r in rows if r["t"] <= end]
     cut_rel, heal_rel, end_rel = cut_at - t0, heal_at - t0, end - t0
     phases = [summarize_phase(samples, name, a, b, nodes) for name, a, b in (
         ("healthy", 0.0, cut_rel), ("cut", cut_rel, heal_rel), ("healed", heal_rel, end_rel))]
@@ -378,7 +417,7 @@ def election_experiment(nodes: int, rule: str, cut_node: int, healthy_s: float =
                   for n in range(nodes)},
         rejoin_s={n: _first_after(samples, n, heal_rel, lambda s: len(s.visible) == nodes)
                   for n in range(nodes)},
-        samples=[s for s in samples if s.t >= 0])
+        samples=[s for s in samples if s.t >= 0], interval_s=interval_s, alive_s=alive_s)
 
 
 def format_election(result: ElectionResult) -> str:
@@ -396,6 +435,11 @@ def format_election(result: ElectionResult) -> str:
                        for n, s in result.rejoin_s.items())
     lines.append(f"  cut noticed after: {detect}")
     lines.append(f"  all nodes seen again after the heal: {rejoin}")
+    for p in result.phases:
+        if p.name in result.busy_phases:
+            lines.append(f"  {p.name}: a member's tick ran {p.max_late_s:.2f} s late (a busy "
+                         f"machine), more than the {result.alive_s - result.interval_s:.2f} s a "
+                         "peer allows before it drops it: read that phase with care")
     return "\n".join(lines)
 
 
@@ -414,6 +458,7 @@ class RankOutcome:
     last_ok_after_cut_s: float | None
     error: str | None
     failed_after_s: float | None
+    last_ok_s: float | None = None  # its last all_reduce that completed (negative: before the cut)
 
 
 @dataclass
@@ -422,7 +467,9 @@ class CollectiveResult:
     Times are seconds after the cut (wall clock of this machine, shared by every rank), except
     ``cut_after_launch_s`` (start-up: torch imports, rendezvous, warm-up). ``healed_after_s``:
     when the link came back (once every rank had failed; None: only after the job ended);
-    ``job_ended_after_s``: when the last process of the launch was gone."""
+    ``job_ended_after_s``: when the last process of the launch was gone. ``ended_by_limit``:
+    still running ``3 * timeout_s + AFTER_CUT_SLACK_S`` after the cut, so the experiment ended
+    it; ``launch_limit_s``: the hard limit of the whole launch (start-up included)."""
 
     nodes: int
     cut_node: int
@@ -435,6 +482,8 @@ class CollectiveResult:
     launch_timed_out: bool
     node_returncodes: list[int | None]
     output_tail: list[str] = field(repr=False, default_factory=list)
+    ended_by_limit: bool = False
+    launch_limit_s: float = 0.0
 
     @property
     def all_failed(self) -> bool:
@@ -476,7 +525,8 @@ def _outcome(rows: list[dict], cut_at: float, node_of: dict[str, int]) -> RankOu
         iterations=len(done), iterations_after_cut=len(after),
         last_ok_after_cut_s=round(after[-1]["t"] - cut_at, 3) if after else None,
         error=error["error"] if error else None,
-        failed_after_s=round(error["t"] - cut_at, 3) if error else None)
+        failed_after_s=round(error["t"] - cut_at, 3) if error else None,
+        last_ok_s=round(done[-1]["t"] - cut_at, 3) if done else None)
 
 
 def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5.0,
@@ -485,11 +535,14 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
     """Launch a gloo job (one rank per node, ``GLOO_SOCKET_IFNAME`` = the lab link, collective
     timeout ``timeout_s``) that all_reduces in a loop; once every rank has done
     ``warmup_iterations``, cut ``cut_node`` and keep it cut until every rank has failed (or
-    the job ended). Reports who failed, with what, and how long after the cut. The launch has
-    a hard limit of ``STARTUP_ALLOWANCE_S + timeout_s * 3 + 20`` s and ends every process it
-    started; the lab is healed and closed in any case."""
+    the job ended). Reports who failed, with what, and how long after the cut. Limits: start-up
+    gets this machine's measured allowance for all its processes (``labkit.pace``: a bound only
+    a hang reaches), and the job is ended ``3 * timeout_s + AFTER_CUT_SLACK_S`` after the cut,
+    counted from the cut; every process it started is ended and the lab is healed and closed in
+    any case."""
     from labkit.dist import TIMEOUT_ENV
-    from labkit.launch import launch_local
+    from labkit.launch import Fleet, launch_local
+    from labkit.pace import startup_allowance_s
 
     if nodes < 2 or not 0 <= cut_node < nodes:
         raise ValueError(f"need nodes >= 2 and 0 <= cut_node < nodes, got {nodes}, {cut_node}")
@@ -497,7 +550,20 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
         raise ValueError(f"timeout must be positive, got {timeout_s}")
     _require_lab()
     finished = threading.Event()
-    cut_state: dict[str, Any] = {"at": None, "healed": None, "error": None}
+    cut_state: dict[str, Any] = {"at": None, "healed": None, "error": None, "ended": False}
+    after_cut_s = 3 * timeout_s + AFTER_CUT_SLACK_S
+    limit_s = startup_allowance_s(2 * nodes) + after_cut_s  # agents and ranks start together
+
+    def end_after_the_cut(fleet: Fleet) -> None:
+        """The hang bound after the cut counts from the cut, not from the launch."""
+        at = cut_state["at"]
+        if at is None or cut_state["ended"] or time.time() - at < after_cut_s:
+            return
+        cut_state["ended"] = True
+        for node in range(len(fleet.procs)):
+            if fleet.running(node):
+                fleet.kill(node)
+
     with ExitStack() as cleanup:  # runs every step, in reverse order, even when one fails
         run_dir = Path(tempfile.mkdtemp(prefix="labkit-partition-"))
         cleanup.callback(shutil.rmtree, run_dir, ignore_errors=True)
@@ -537,8 +603,8 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
         launched = time.time()
         result = launch_local(
             RANK_SCRIPT, str(records_dir), str(ITERATION_PAUSE_S), nnodes=nodes,
-            nproc_per_node=1, network=lab, echo=echo, run_dir=run_dir,
-            timeout_s=STARTUP_ALLOWANCE_S + timeout_s * 3 + 20,
+            nproc_per_node=1, network=lab, echo=echo, run_dir=run_dir, timeout_s=limit_s,
+            on_tick=end_after_the_cut,
             env={"GLOO_SOCKET_IFNAME": lab.ifname, TIMEOUT_ENV: str(timeout_s)})
         ended = time.time()
         finished.set()
@@ -549,8 +615,9 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
         node_of = {lab.address(n): n for n in range(nodes)}
     cut_at, healed = cut_state["at"], cut_state["healed"]
     if cut_at is None:
-        raise PartitionError("the job never completed its warm-up, so nothing was cut:\n"
-                             + "\n".join(result.output[-20:]))
+        raise PartitionError(f"the job never completed its warm-up within the launch's "
+                             f"{limit_s:.0f} s limit (start-up allowance measured here), so "
+                             "nothing was cut:\n" + "\n".join(result.output[-20:]))
     return CollectiveResult(
         nodes=nodes, cut_node=cut_node, timeout_s=timeout_s,
         cut_after_launch_s=round(cut_at - launched, 3),
@@ -558,7 +625,8 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
         job_ended_after_s=round(ended - cut_at, 3),
         ranks=[_outcome(rows, cut_at, node_of) for _, rows in sorted(records.items())],
         launch_seconds=round(result.seconds, 1), launch_timed_out=result.timed_out,
-        node_returncodes=result.node_returncodes, output_tail=result.output[-30:])
+        node_returncodes=result.node_returncodes, output_tail=result.output[-30:],
+        ended_by_limit=cut_state["ended"], launch_limit_s=round(limit_s, 1))
 
 
 def format_collective(result: CollectiveResult) -> str:
@@ -575,8 +643,12 @@ def format_collective(result: CollectiveResult) -> str:
     lines.append(f"  start-up {result.cut_after_launch_s:.1f} s; link healed {healed}; job gone "
                  f"{result.job_ended_after_s:.1f} s after the cut, agents' exit codes "
                  f"{result.node_returncodes}")
+    if result.ended_by_limit:
+        lines.append(f"  still running {3 * result.timeout_s + AFTER_CUT_SLACK_S:g} s after the "
+                     "cut: every process was ended")
     if result.launch_timed_out:
-        lines.append("  the launch ran past its hard limit: every process was ended")
+        lines.append(f"  the launch ran past its hard limit ({result.launch_limit_s:g} s): every "
+                     "process was ended")
     return "\n".join(lines)
 
 

@@ -1,8 +1,10 @@
 """The agent control plane on a real redis-server, with real agent processes.
 
-Correctness bounds only (no speed thresholds): a SIGKILLed agent shows dead no later than its
-TTL after its last beat (plus slack for a loaded machine) and never before; SIGTERM ends in
-``left`` and exit code 0; nothing keeps running.
+Correctness bounds only (no speed thresholds): a SIGKILLed agent's hash is there until its TTL
+runs out after its last beat and gone from then on, on Redis's own clock, so it shows dead then
+and never before; SIGTERM ends in ``left`` and exit code 0; nothing keeps running. Where a
+check needs beats on time (a live agent shows alive), the heartbeat's measured gap says whether
+the machine kept them on time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 
 from labkit.control import (
     DEAD,
@@ -36,8 +39,8 @@ from labkit.ports import free_port
 from labkit.services import RedisServer
 
 TTL_S, INTERVAL_S = 1.0, 0.25
-SLACK_S = 0.5  # a loaded 2-core machine: scheduling, not the mechanism
 START_TIMEOUT_S = 60.0
+REDIS_MS_S = 0.002  # Redis keeps expiry times in milliseconds
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,13 @@ def _status(url: str, job: str, name: str) -> AgentStatus | None:
     return next((s for s in fleet_status(url, job) if s.name == name), None)
 
 
+def _wait_for(what: str, done: Callable[[], bool], timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s"
+        time.sleep(0.02)
+
+
 def _wait_state(url: str, job: str, name: str, state: str,
                 timeout_s: float = START_TIMEOUT_S) -> AgentStatus:
     deadline = time.monotonic() + timeout_s
@@ -90,14 +100,17 @@ def test_states_set_and_read_back(url, job):
         assert hb.set_state("running", step=3) is True
         assert _status(url, job, "a1").step == 3
         hb.set_step(5)  # no round trip: the next periodic beat carries it
-        time.sleep(INTERVAL_S * 3)
+        beats = hb.beats
+        _wait_for("a periodic beat", lambda: hb.beats > beats)
         status = _status(url, job, "a1")
-        assert (status.state, status.step) == ("running", 5)
-        time.sleep(TTL_S)  # the thread keeps it alive past one TTL
-        assert _status(url, job, "a1").state == "running"
+        assert (status.step, status.pid) == (5, os.getpid())
+        time.sleep(TTL_S)  # the thread keeps it alive past one TTL ...
+        state, gap = _status(url, job, "a1").state, hb.longest_gap_s
+        if gap < TTL_S - INTERVAL_S:  # ... while its beats come on time (not on a stalled host)
+            assert state == "running", gap
         hb.set_state("draining")
         assert _status(url, job, "a1").state == "draining"
-        assert hb.last_error is None and hb.beats >= 4 and hb.failed_beats == 0
+        assert hb.last_error is None and hb.beats >= 3 and hb.failed_beats == 0
     assert _status(url, job, "a1").state == "left"
     time.sleep(TTL_S + 0.3)  # departed cleanly: never turns dead
     status = _status(url, job, "a1")
@@ -133,26 +146,43 @@ def test_format_status_main_and_cli(url, job, capsys, monkeypatch):
 
 def test_a_sigkilled_agent_is_dead_within_the_ttl_and_not_before(url, job):
     proc = spawn_agent(url, job, "victim", ttl_s=TTL_S, interval_s=INTERVAL_S, step_s=0.05)
+    client = redis.Redis.from_url(url)
+    key = f"labkit:fleet:{job}:agent:victim"
+
+    def redis_now_and(*command: str) -> tuple[float, object]:
+        (secs, usecs), reply = client.pipeline(transaction=True).time().execute_command(
+            *command).execute()
+        return secs + usecs / 1e6, reply
+
     try:
         _wait_state(url, job, "victim", "running")
         proc.kill()
-        killed_at = time.monotonic()
-        proc.wait()
-        seen: list[tuple[float, AgentStatus]] = []
-        while not seen or seen[-1][1].state != DEAD:
-            seen.append((time.monotonic() - killed_at, _status(url, job, "victim")))
-            assert seen[-1][0] < TTL_S + 30, f"never shown dead: {seen[-1]}"
+        proc.wait()  # no beat can follow this
+        now, left_ms = redis_now_and("PTTL", key)
+        expires_at = now + left_ms / 1000  # on Redis's clock
+        assert 0 < left_ms <= TTL_S * 1000  # at most one TTL from the kill
+        seen: list[AgentStatus] = []
+        while not seen or seen[-1].state != DEAD:
+            before, _ = redis_now_and("TIME")
+            seen.append(_status(url, job, "victim"))
+            after, exists = redis_now_and("EXISTS", key)
+            if abs(after - expires_at) > REDIS_MS_S:  # there until it expires, then gone
+                assert bool(exists) == (after < expires_at), (after - expires_at, exists)
+            if seen[-1].state == DEAD:  # never shown dead before its TTL ran out ...
+                assert after >= expires_at - REDIS_MS_S, (after - expires_at, seen[-1])
+            else:  # ... nor alive after it
+                assert before < expires_at + REDIS_MS_S, (before - expires_at, seen[-1])
+            assert after < expires_at + 30, f"never shown dead: {seen[-1]}"
             time.sleep(0.02)
     finally:
+        client.close()
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    detected_s, dead = seen[-1]
-    assert detected_s <= TTL_S + INTERVAL_S + SLACK_S, seen
-    # Never dead before its last beat is ttl_s old (Redis never returns an expired key) ...
-    assert dead.age_s >= TTL_S - 0.01, dead
-    assert all(s.state == "running" and s.age_s <= TTL_S for _, s in seen[:-1]), seen
-    # ... and it stays dead, with what it did last.
+    dead = seen[-1]
+    assert dead.age_s >= TTL_S - 0.01, dead  # the TTL counts from its last beat
+    assert all(s.state == "running" and s.age_s <= TTL_S for s in seen[:-1]), seen
+    # It stays dead, with what it did last.
     time.sleep(0.1)
     again = _status(url, job, "victim")
     assert (again.state, again.last_state, again.pid) == (DEAD, "running", proc.pid)
@@ -191,12 +221,19 @@ def test_an_agent_with_steps_leaves_by_itself(url, job):
 
 def test_measure_detection_kills_one_stops_one_and_reaps_all(url, job, leftover_processes):
     result = measure_detection(url, job, agents=3, ttl_s=TTL_S, interval_s=INTERVAL_S)
-    assert result.detection_s <= TTL_S + INTERVAL_S + SLACK_S, result
     assert result.bound_s == TTL_S + 0.05
     assert 0 <= result.silent_at_kill_s <= TTL_S
+    assert result.silent_at_kill_s + result.detection_s >= TTL_S - 0.01  # dead only past its TTL
+    assert 0 <= result.alive_read_s < result.detection_s  # it expired between those two reads
     assert result.terminated_exit_code == 0 and result.left_s < 30
-    states = {s.name: s.state for s in result.statuses}
-    assert states == {result.killed: DEAD, result.terminated: "left", "agent-2": "running"}
+    statuses = {s.name: s for s in result.statuses}
+    assert (statuses[result.killed].state, statuses[result.terminated].state) == (DEAD, "left")
+    # The third still beats; a machine that held its beat back more than ttl - interval would
+    # show it dead while it was running (the trade the TTL makes), so that is all it may show.
+    third = statuses["agent-2"]
+    assert third.state == "running" or (third.state, third.last_state) == (DEAD, "running")
+    assert (result.explain() is None) == (
+        TTL_S - INTERVAL_S <= result.detection_s <= result.bound_s)
     assert not leftover_processes(job, name=JOB_ENV)
     assert _wait_state(url, job, "agent-2", "left", 5.0)  # the rest were stopped gracefully
 
@@ -248,12 +285,14 @@ def test_unreachable_redis_is_a_service_error_naming_the_server(capsys):
 
 def test_a_heartbeat_without_redis_never_raises_nor_hangs():
     bad = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
-    began = time.monotonic()
     hb = Heartbeat(bad, "job", "a", ttl_s=0.5, interval_s=0.1).start()
     assert hb.set_state("running", step=1) is False
-    time.sleep(0.35)
+    _wait_for("a failed periodic beat", lambda: hb.failed_beats >= 3)  # the thread keeps at it
+    began = time.monotonic()
     assert hb.leave() is False
-    assert time.monotonic() - began < 5.0
-    assert hb.failed_beats >= 3 and hb.beats == 0
+    # leave() waits for the thread at most 2 beat timeouts and an interval, then beats once:
+    # far less than 10 of those even on a busy machine, and a hang would never return.
+    assert time.monotonic() - began < 10 * (3 * hb._timeout_s + hb.interval_s)
+    assert hb.beats == 0 and hb.longest_gap_s == 0.0
     assert hb.last_error and "s3cret-pw" not in hb.last_error
     assert hb._thread is None
