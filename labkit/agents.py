@@ -31,6 +31,10 @@ N_ACTIONS = 2
 SOLVED_RETURN = 400.0
 SOLVED_WINDOW = 20  # episodes in the running mean that decides "solved"
 RANDOM_POLICY_RETURN = 22.0  # about what a uniformly random policy scores on CartPole-v1
+STRAGGLER_SLEEP_S = 0.002
+"""A straggler sleeps its delay in pieces at least this long. One step's delay is tens of
+microseconds on a fast machine, about what ``time.sleep`` overshoots by, so sleeping it step
+by step would make the agent slower than its factor says."""
 
 
 class ActorCritic(nn.Module):
@@ -100,9 +104,11 @@ class Rollout:
 class EnvPool:
     """``n`` CartPole environments stepped together, reset as episodes end, seeded from ``seed``.
 
-    ``delay_factor`` > 1 makes this agent a straggler: after each step it waits
-    ``(delay_factor - 1)`` times the time the step really took, so it is that many times slower
-    whatever the machine's speed."""
+    ``delay_factor`` > 1 makes this agent a straggler: each step owes a wait of
+    ``(delay_factor - 1)`` times the time the step really took, so the agent is that many times
+    slower whatever the machine's speed. The owed time is slept in pieces of at least
+    ``STRAGGLER_SLEEP_S`` (and at the end of each rollout); ``delayed_s`` is the time really
+    slept, and a sleep's overshoot is taken off what the next steps owe."""
 
     def __init__(self, n: int, seed: int, delay_factor: float = 1.0) -> None:
         if n < 1:
@@ -112,6 +118,7 @@ class EnvPool:
         self.running = np.zeros(n)
         self.delay_factor = delay_factor
         self.delayed_s = 0.0
+        self.owed_s = 0.0  # straggler delay not slept yet (negative: overslept, credited)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """Steps every env; returns (rewards, done, returns of the episodes that ended)."""
@@ -127,6 +134,24 @@ class EnvPool:
                 obs, _ = env.reset()
             self.obs[i] = obs
         return rewards, done, finished
+
+    def owe_delay(self, step_s: float) -> None:
+        """Adds the straggler wait that a step of ``step_s`` seconds owes; sleeps it once it
+        is at least ``STRAGGLER_SLEEP_S``. Nothing when this agent is no straggler."""
+        if self.delay_factor > 1:
+            self.owed_s += (self.delay_factor - 1) * step_s
+            if self.owed_s >= STRAGGLER_SLEEP_S:
+                self.pay_delay()
+
+    def pay_delay(self) -> None:
+        """Sleeps what is owed now and records the time really slept in ``delayed_s``."""
+        if self.owed_s <= 0:
+            return
+        began = time.perf_counter()
+        time.sleep(self.owed_s)
+        slept = time.perf_counter() - began
+        self.delayed_s += slept
+        self.owed_s -= slept
 
     def state_dict(self) -> dict:
         """Everything needed to continue these episodes exactly: each env's physics state,
@@ -194,12 +219,10 @@ def collect(model: ActorCritic, pool: EnvPool, steps: int, *, generator: torch.G
             r, d, ended = pool.step(actions[t].numpy())
             rewards[t], done[t] = torch.as_tensor(r), torch.as_tensor(d)
             finished += ended
-            if pool.delay_factor > 1:
-                wait = (pool.delay_factor - 1) * (time.perf_counter() - began)
-                pool.delayed_s += wait
-                time.sleep(wait)
+            pool.owe_delay(time.perf_counter() - began)
             if on_step is not None:
                 on_step()
+    pool.pay_delay()  # the whole rollout is delay_factor times slower, not just most of it
     return Rollout(obs, actions, rewards, done, logp,
                    torch.as_tensor(pool.obs, dtype=torch.float32).clone(),
                    torch.tensor(finished, dtype=torch.float32), policy_version, agent_id, seq,
@@ -225,4 +248,4 @@ def evaluate(model: ActorCritic, episodes: int = 5, seed: int = 10_000) -> float
 
 
 __all__ = ["ActorCritic", "EnvPool", "Rollout", "collect", "evaluate", "seed_everything",
-           "ENV_ID", "SOLVED_RETURN", "SOLVED_WINDOW", "RANDOM_POLICY_RETURN"]
+           "ENV_ID", "SOLVED_RETURN", "SOLVED_WINDOW", "RANDOM_POLICY_RETURN", "STRAGGLER_SLEEP_S"]

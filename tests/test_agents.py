@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import torch
@@ -42,3 +43,33 @@ def test_env_pool_state_resumes_the_same_episodes() -> None:
         assert np.array_equal(r1, r2) and np.array_equal(d1, d2) and f1 == f2
     assert np.array_equal(pool.obs, fresh.obs)
     assert any(f for _, _, f in first)  # some episodes ended (and reset from the saved RNG)
+
+
+def _rollout(delay_factor: float) -> tuple[Rollout, EnvPool]:
+    seed_everything(0)
+    pool = EnvPool(2, seed=5, delay_factor=delay_factor)
+    rollout = collect(ActorCritic(16), pool, 40, generator=torch.Generator().manual_seed(1),
+                      policy_version=0)
+    return rollout, pool
+
+
+def test_a_straggler_sleeps_in_pieces_records_what_it_slept_and_steps_the_same(monkeypatch):
+    """The delay changes when steps happen, never what they are; ``delayed_s`` is slept time."""
+    import labkit.agents as agents
+
+    plain, _ = _rollout(1.0)
+    asked: list[float] = []
+    real_sleep = time.sleep
+
+    def recording_sleep(seconds: float) -> None:
+        asked.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(agents.time, "sleep", recording_sleep)
+    slow, pool = _rollout(3.0)
+    for name in ("obs", "actions", "rewards", "done", "behaviour_logp", "last_obs"):
+        assert torch.equal(getattr(slow, name), getattr(plain, name)), name
+    assert asked, "a straggler with factor 3 never slept"
+    assert all(s >= agents.STRAGGLER_SLEEP_S for s in asked[:-1])  # the last settles the rest
+    assert pool.delayed_s >= sum(asked)  # recorded: slept, which is at least what was asked
+    assert pool.owed_s <= 0  # nothing left owed when the rollout is returned

@@ -10,11 +10,20 @@ import shutil
 
 import pytest
 
-from labkit.bench.buffer import IMPLS, add_arguments, measure_buffers, parse_benchmark_csv
+from labkit.bench.buffer import (
+    IMPLS,
+    Spans,
+    add_arguments,
+    explained_table,
+    measure_buffers,
+    notes,
+    parse_benchmark_csv,
+    sweep_summary,
+)
 
 ROW_KEYS = {"impl", "push_per_s", "pull_per_s", "e2e_per_s", "redis_benchmark_rpush_per_s",
             "lost", "duplicates", "malformed", "pushed", "server_cpu_push", "server_cpu_e2e",
-            "skipped"}
+            "lead_s", "late_start_s", "end_spread_s", "push_overlap", "e2e_overlap", "skipped"}
 TOP_KEYS = {"benchmark", "agents", "payload", "seconds", "batch", "results", "redis_version",
             "redis_benchmark_rpush_per_s", "list_vs_guide_e2e", "list_vs_redis_benchmark"}
 
@@ -54,6 +63,8 @@ def test_rates_and_delivery(report: dict, impl: str) -> None:
     else:
         assert row["duplicates"] == 0
     assert row["server_cpu_push"] is None or row["server_cpu_push"] >= 0
+    assert row["lead_s"] > 0 and row["late_start_s"] >= 0 and row["end_spread_s"] >= 0
+    assert 0 < row["push_overlap"] <= 1 and 0 < row["e2e_overlap"] <= 1
 
 
 def test_ratios(report: dict) -> None:
@@ -89,3 +100,36 @@ def test_cli_arguments() -> None:
     assert (args.impl, args.agents, args.payload, args.seconds, args.sweep, args.json) == (
         "guide,list", 4, 1024, 2.0, "1,2", True)
     assert parser.parse_args([]).batch == 100
+
+
+def test_rates_come_from_each_agents_own_span_and_the_stretch_they_shared() -> None:
+    # agent 1 woke 0.5 s late: its own rate is 100/0.5 s, not 100/1.0 s
+    spans = Spans(pushed=[100, 100], first=[10.0, 10.5], last=[11.0, 11.0])
+    assert spans.own_rate() == pytest.approx(100 / 1.0 + 100 / 0.5)
+    assert spans.together() == (10.5, 11.0) and spans.together(until=10.8) == (10.5, 10.8)
+    assert spans.overlap() == pytest.approx(0.5)
+    missed = Spans(pushed=[100, 0], first=[10.0, 11.2], last=[11.0, 11.2])  # woke after the end
+    assert missed.own_rate() == pytest.approx(100.0)
+    assert missed.together() is None and missed.overlap() == 0.0
+    assert Spans(pushed=[0], first=[12.0], last=[12.0]).own_rate() is None
+
+
+def test_a_window_that_measured_nothing_is_explained_not_a_crash() -> None:
+    row = {"agents": 32, "impl": "list", "push_per_s": None, "pull_per_s": None,
+           "e2e_per_s": None, "lost": 0, "duplicates": 0, "malformed": 0, "pushed": 0,
+           "server_cpu_push": 0.01, "server_cpu_e2e": None, "lead_s": 0.4,
+           "late_start_s": 1.3, "end_spread_s": 0.0, "push_overlap": 0.0, "e2e_overlap": 0.0,
+           "skipped": None}
+    said = " ".join(notes(row, 1.0))
+    assert "no agent pushed" in said and "1.3 s after" in said and "no end-to-end rate" in said
+    text = explained_table([row], 1.0)
+    assert "n/a" in text and "no agent pushed" in text
+    assert "no agent count gave a push rate" in sweep_summary([row], "list")
+    shared = {**row, "push_per_s": 900.0, "pull_per_s": 800.0, "e2e_per_s": 700.0,
+              "push_overlap": 0.5, "e2e_overlap": 0.4, "late_start_s": 0.5,
+              "end_spread_s": 0.02}
+    said = " ".join(notes(shared, 1.0))
+    assert "together for 50%" in said and "over the 0.40 s" in said
+    assert "0.5 s after" in said and "ended 0.02 s apart" in said
+    assert notes({**shared, "push_overlap": 1.0, "e2e_overlap": 1.0}, 1.0) == []
+    assert "peaked at 900/s with 32" in sweep_summary([shared], "list")

@@ -1,4 +1,9 @@
-"""The JetStream experience buffer on a real nats-server."""
+"""The JetStream experience buffer on a real nats-server.
+
+A NATS fetch waits only ``fetch_timeout_s`` (0.1 s) for messages, so on a busy machine one pull
+can come back empty while the server is still delivering: every drain here pulls until the
+count it expects came back (``labkit.buffers.base.drain``), bounded by a generous limit, never
+"until the first empty pull"."""
 
 from __future__ import annotations
 
@@ -11,10 +16,11 @@ from typing import Any
 import nats
 import nats.js.errors
 import pytest
-from buffer_helpers import assert_same, drain, exp
+from buffer_helpers import assert_same, exp
 
-from labkit.buffers.base import open_buffer
-from labkit.buffers.frame import encode
+from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.base import drain as drain_until
+from labkit.buffers.frame import Experience, encode
 from labkit.buffers.nats_js import NatsBuffer, subject
 from labkit.errors import LabkitError, ServiceError
 from labkit.services import NatsServer
@@ -65,7 +71,12 @@ def publish_raw(url: str, agent: int, *payloads: bytes) -> None:
     js_call(url, send)
 
 
-def settled(buf: NatsBuffer, timeout: float = 3.0) -> bool:
+def drain(buf: ExperienceBuffer, want: int, batch: int = 5) -> list[Experience]:
+    """Pulls and acks until ``want`` experiences came back (a hang is bounded by the limit)."""
+    return drain_until(buf, want, batch=batch).experiences
+
+
+def settled(buf: NatsBuffer, timeout: float = 30.0) -> bool:
     """True once the consumer has nothing undelivered and nothing unacked (acks are async)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -82,7 +93,7 @@ def test_returns_everything_exactly_from_two_agents(url):
     for a, buf in enumerate(producers):
         assert buf.push([exp(a, s) for s in range(N)]) == N
         assert buf.stats().pushed == N
-    got = drain(learner)
+    got = drain(learner, 2 * N)
     assert len(got) == 2 * N
     for item in got:
         assert_same(item, exp(item.agent_id, item.seq))
@@ -99,19 +110,23 @@ def test_returns_everything_exactly_from_two_agents(url):
 
 
 def test_is_at_least_once_across_a_dead_learner(url):
+    began = time.monotonic()
     with NatsBuffer(url, agent_id=0) as producer:
         producer.push([exp(0, s) for s in range(N)])
-    a = NatsBuffer(url, agent_id=0, ack_wait_s=1.0)
+    # The redelivery delay, from this machine's pace now: ten times a connect, stream set-up
+    # and publish, which is about what the second learner does before it has drained.
+    ack_wait = max(1.0, 10 * (time.monotonic() - began))
+    a = NatsBuffer(url, agent_id=0, ack_wait_s=ack_wait)
     lost = a.pull(4)
+    delivered = time.monotonic()
     assert [e.seq for e in lost] == [0, 1, 2, 3]
     a.close()  # dies without ack
 
-    b = NatsBuffer(url, agent_id=0, ack_wait_s=1.0)  # same durable: "learners"
-    consumed = [(e.agent_id, e.seq) for e in drain(b)]
-    assert consumed == [(0, s) for s in range(4, N)]  # the lost four are not due yet
-    deadline = time.monotonic() + 5.0
-    while len(consumed) < N and time.monotonic() < deadline:
-        consumed += [(e.agent_id, e.seq) for e in drain(b)]
+    b = NatsBuffer(url, agent_id=0, ack_wait_s=ack_wait)  # same durable: "learners"
+    consumed = [(e.agent_id, e.seq) for e in drain(b, N - 4)]
+    if time.monotonic() - delivered < ack_wait:  # drained before the lost four were due
+        assert consumed == [(0, s) for s in range(4, N)]
+    consumed += [(e.agent_id, e.seq) for e in drain(b, N - len(consumed))]  # redelivered
     assert len(consumed) == len(set(consumed)) == N  # consumed == pushed, no duplicates
     assert sorted(consumed) == [(0, s) for s in range(N)]
     assert b.stats().redelivered == 4 and b.stats().duplicates == 0
@@ -127,8 +142,11 @@ def test_duplicate_publishes_are_returned_once(url):
     assert producer.stats().pushed == 3
     publish_raw(url, 0, encode(exp(0, 1)))  # no msg id: only the learner can tell
     learner = NatsBuffer(url, agent_id=0)
-    got = drain(learner, batch=2)
+    got = drain(learner, 3, batch=2)
     assert [e.seq for e in got] == [0, 1, 2]
+    deadline = time.monotonic() + 30.0  # only bounds a hang: the duplicate is the next message
+    while learner.stats().duplicates == 0 and time.monotonic() < deadline:
+        assert learner.pull(2) == []  # read, recognised by (agent, seq), never returned
     assert learner.stats().duplicates == 1
     assert settled(learner)  # the duplicate was acked
     producer.close()
@@ -144,7 +162,8 @@ def test_capacity_discards_the_oldest_per_agent_and_counts(url):
     other.push([exp(1, s) for s in range(3)])
     assert producer.stats().dropped == 15 and other.stats().dropped == 0
     learner = NatsBuffer(url, agent_id=0, agents=[0, 1])
-    got = drain(learner)
+    got = drain(learner, 10 + 3)
+    assert learner.pull(10) == []  # nothing more: the oldest 15 were discarded
     assert [e.seq for e in got if e.agent_id == 0] == list(range(15, 25))  # the newest survive
     assert [e.seq for e in got if e.agent_id == 1] == [0, 1, 2]
     for buf in (producer, other, learner):
@@ -156,7 +175,7 @@ def test_skips_and_counts_malformed_messages(url):
     NatsBuffer(url, agent_id=0).push([exp(0, 0)])
     publish_raw(url, 0, b"garbage", b"\x80\x04\x95 not a frame, and never unpickled")
     NatsBuffer(url, agent_id=0).push([exp(0, 1)])
-    got = drain(learner)
+    got = drain(learner, 2)
     assert [e.seq for e in got] == [0, 1]
     assert learner.stats().malformed == 2 and learner.frames.last_error
     assert settled(learner)  # terminated: never redelivered
@@ -174,16 +193,17 @@ def test_memory_storage_and_a_filter_per_agent(url):
 
     assert js_call(url, storage) == "memory"
     with NatsBuffer(url, agent_id=0, agents=[2], group="only-2") as learner:
-        assert [(e.agent_id, e.seq) for e in drain(learner)] == [(2, 0)]
+        assert [(e.agent_id, e.seq) for e in drain(learner, 1)] == [(2, 0)]
+        assert learner.pull(10) == []  # agent 5's message is not for this group
     with NatsBuffer(url, agent_id=0, agents=None, group="all") as learner:  # None: every agent
-        assert sorted(e.agent_id for e in drain(learner)) == [2, 5]
+        assert sorted(e.agent_id for e in drain(learner, 2)) == [2, 5]
 
 
 def test_open_buffer_builds_it(url):
     with open_buffer("nats", url, agent_id=1, agents=[0, 1], capacity=100) as buf:
         assert isinstance(buf, NatsBuffer) and buf.name == "nats"
         assert buf.push([exp(1, 0)]) == 1
-        assert [e.seq for e in drain(buf)] == [0]
+        assert [e.seq for e in drain(buf, 1)] == [0]
 
 
 def test_bad_arguments_are_explained(url):

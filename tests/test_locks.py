@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -69,14 +71,34 @@ def test_correct_mechanisms_lose_nothing(url, method):
         assert result.retries == 0
 
 
-def test_a_lock_ttl_shorter_than_the_work_loses_updates_unless_fenced(url):
+def round_trip_s(server: RedisServer, pings: int = 20) -> float:
+    """The median PING round trip to ``server`` now, in seconds."""
+    client = server.client()
+    try:
+        times = []
+        for _ in range(pings):
+            began = time.perf_counter()
+            client.ping()
+            times.append(time.perf_counter() - began)
+    finally:
+        client.close()
+    return statistics.median(times)
+
+
+def test_a_lock_ttl_shorter_than_the_work_loses_updates_unless_fenced(server, url):
     plain = race_experiment(url, "redis_lock", agents=3, increments=30, think_s=0.003,
                             ttl_s=0.002)
     assert plain.expired_locks == plain.expected  # every holding outlived its TTL ...
     assert plain.lost_updates > 0  # ... and the next holder's read-modify-write overlapped
-    fenced = race_experiment(url, "fenced", agents=3, increments=30, think_s=0.002,
-                             ttl_s=0.003)
-    assert fenced.lost_updates == 0  # stale accesses were refused and redone
+    # Fenced: a TTL far above an ordinary holding's few round trips (measured now), and every
+    # fifth holding paused past it once. The paused holding expires by construction, a rival
+    # takes the lock meanwhile, and the redo, unpaused, fits: refusals, then progress.
+    ttl = max(0.02, 50 * round_trip_s(server))
+    fenced = race_experiment(url, "fenced", agents=3, increments=20, think_s=0.0, ttl_s=ttl,
+                             pause_every=5, pause_s=2 * ttl)
+    assert fenced.lost_updates == 0 and fenced.final == 60  # stale accesses refused, redone
+    assert fenced.expired_locks >= 3 * 4  # every paused holding outlived its lock ...
+    assert fenced.rejected_writes >= 1  # ... and a rival's newer token refused its late access
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,8 +142,10 @@ def test_fencing_refuses_every_stale_write_of_a_holder_paused_past_its_ttl(url):
 
 
 def test_opposite_lock_orders_end_in_a_timeout_error_naming_the_locks(url):
-    result = deadlock_experiment(url, ordered=False, hold_s=0.5, wait_s=1.0)
+    result = deadlock_experiment(url, ordered=False, wait_s=1.0)
+    assert result.all_held_one  # each waited, holding its first lock, until the other held one
     assert result.timed_out and not result.finished
+    assert result.describe().startswith("deadlock")
     errors = [a["error"] for a in result.agents if not a["ok"]]
     assert errors and all("'a'" in e and "'b'" in e and "deadlock" in e for e in errors)
     with pytest.raises(LockTimeoutError, match="global order"):
@@ -129,8 +153,9 @@ def test_opposite_lock_orders_end_in_a_timeout_error_naming_the_locks(url):
 
 
 def test_one_global_lock_order_finishes(url):
-    result = deadlock_experiment(url, ordered=True, hold_s=0.5, wait_s=5.0)
+    result = deadlock_experiment(url, ordered=True, wait_s=5.0)
     assert result.finished and not result.timed_out
+    assert result.describe().startswith("sorted order: every agent got every lock")
     assert all(a["order"] == ["a", "b"] for a in result.agents)
     assert result.check() is result
 
@@ -141,7 +166,7 @@ def test_one_global_lock_order_finishes(url):
 
 def test_guide_lock_lets_every_rank_in_at_once(url):
     result = guide_lock_overlap(url, ranks=2, rounds=5, think_s=0.05)
-    assert result.max_inside > 1  # a lock would keep this at 1
+    assert result.max_inside > 1, result.describe()  # a lock would keep this at 1
     assert result.rounds_all_inside >= 1
     assert result.lost_updates == result.expected - result.final > 0
 
@@ -197,6 +222,8 @@ def test_other_parameters_are_validated():
         deadlock_experiment("redis://127.0.0.1:1/0", ordered=False, wait_s=5, ttl_s=1)
     with pytest.raises(ParameterError):
         guide_lock_skip("redis://127.0.0.1:1/0", ranks=2, skip_rank=2)
+    with pytest.raises(ParameterError, match="lock holder"):
+        race_experiment("redis://127.0.0.1:1/0", "lua", pause_every=5, pause_s=0.1)
 
 
 def test_agents_past_their_timeout_are_killed(url, leftover_processes):

@@ -8,6 +8,13 @@ process pulls. Per implementation, three phases on the same server:
 - pull: the learner drains what was pushed (items/s);
 - end-to-end: agents push while the learner pulls (items/s the learner got intact in the window).
 
+Each window's command goes out a few measured agent round trips before the window opens, so
+the agents start together on any machine. Rates are taken over what really happened: push/s
+sums each agent's own rate over the span it pushed (``first`` to ``last``), end-to-end counts
+what the learner got while every agent was pushing, and ``push_overlap`` / ``e2e_overlap`` say
+how much of the phase that was (1.0: all together throughout); :func:`notes` explains a run
+where agents started late or a window saw nothing.
+
 Every returned experience is checked: (agent_id, seq) seen once, tensor bytes as sent. ``lost``
 counts pushed experiences that never came back, after a final drain. The guide's buffer sends
 raw bytes without ids: its duplicates are unknowable (null). The server's CPU (Redis
@@ -41,8 +48,11 @@ NATS_URL_ENV = "LABKIT_BENCH_NATS_URL"
 
 IMPLS = ("guide", "list", "stream", "nats")
 SWEEP_IMPLS = ("guide", "list")
-LEAD_S = 0.3  # commands go out this long before a window opens, so all agents start together
-DRAIN_LIMIT_S = 120.0
+LEAD_ROUND_TRIPS = 5.0  # a window's command goes out this many measured round trips early,
+LEAD_MIN_S = 0.02  # and never less, so that every agent is waiting when the window opens
+DRAIN_LIMIT_S = 120.0  # only bounds a drain that keeps getting items
+DRAIN_QUIET_S = 2.0  # a drain short of what was pushed ends after pulls were empty this long
+TOGETHER = 0.9  # a phase with every agent pushing less of the time than this gets a note
 
 
 @dataclass
@@ -60,6 +70,11 @@ class ImplResult:
     pushed: int = 0
     server_cpu_push: float | None = None  # server CPU in cores over the push window
     server_cpu_e2e: float | None = None  # ... over the end-to-end window
+    lead_s: float | None = None  # how early the last window's command went out (measured)
+    late_start_s: float | None = None  # the latest agent start after a window opened
+    end_spread_s: float | None = None  # first to last agent finishing its final batch
+    push_overlap: float | None = None  # share of the push phase with every agent pushing
+    e2e_overlap: float | None = None  # share of the end-to-end window with every agent pushing
     skipped: str | None = None
 
 
@@ -152,6 +167,14 @@ class AgentPool:
         """Each agent's reply to the last command, in agent order."""
         return self._replies()
 
+    def round_trip_s(self) -> float:
+        """Seconds from sending every agent a ping to the last answer: what getting a command
+        to all of them costs on this machine now."""
+        began = time.time()
+        self.send({"cmd": "ping"})
+        self._replies()
+        return time.time() - began
+
     def close(self) -> None:
         for proc in self.procs:
             try:
@@ -208,28 +231,70 @@ def parse_benchmark_csv(text: str, test: str) -> float | None:
     return None
 
 
+@dataclass
+class Spans:
+    """When each agent of one window really pushed: its count and its own [first, last]."""
+
+    pushed: list[int]
+    first: list[float]
+    last: list[float]
+
+    @classmethod
+    def of(cls, replies: list[dict[str, Any]]) -> Spans:
+        return cls([int(r["pushed"]) for r in replies], [float(r["first"]) for r in replies],
+                   [float(r["last"]) for r in replies])
+
+    def own_rate(self) -> float | None:
+        """The sum of each agent's rate over its own span; None when nobody pushed."""
+        rates = [n / (b - a) for n, a, b in zip(self.pushed, self.first, self.last, strict=True)
+                 if n > 0 and b > a]
+        return sum(rates) if rates else None
+
+    def together(self, until: float | None = None) -> tuple[float, float] | None:
+        """The stretch in which every agent was pushing (cut at ``until``), or None."""
+        if not all(self.pushed):
+            return None
+        begin, end = max(self.first), min(self.last)
+        if until is not None:
+            end = min(end, until)
+        return (begin, end) if end > begin else None
+
+    def overlap(self) -> float:
+        """The share of this phase (first start to last end) with every agent pushing."""
+        common = self.together()
+        whole = max(self.last) - min(self.first)
+        return round((common[1] - common[0]) / whole, 3) if common and whole > 0 else 0.0
+
+
 def _drain(learner: Any, tracker: Tracker, batch: int, want: int) -> tuple[int, float]:
-    """Pulls until ``want`` experiences came back or pulls come back empty; (intact, seconds)."""
+    """Pulls until ``want`` experiences came back, or pulls stayed empty ``DRAIN_QUIET_S``
+    (a slow server may answer one pull empty and the next one full); returns (intact, seconds
+    until the last experience came back)."""
     started = time.time()
-    got = intact = empty = 0
+    got = intact = 0
+    last_item = quiet_since = started
     while got < want and time.time() - started < DRAIN_LIMIT_S:
         exps = learner.pull(batch)
         if not exps:
-            empty += 1
-            if empty >= 3:
+            if time.time() - quiet_since >= DRAIN_QUIET_S:
                 break
             time.sleep(0.01)
             continue
-        empty = 0
         got += len(exps)
         intact += tracker.take(exps)
         learner.ack(exps)
-    return intact, time.time() - started
+        last_item = quiet_since = time.time()
+    return intact, last_item - started
 
 
 def _wait_until(moment: float) -> None:
     while (wait := moment - time.time()) > 0:
         time.sleep(min(wait, 0.01))
+
+
+def _lead_s(pool: AgentPool) -> float:
+    """How early a window's command must go out for every agent to be waiting when it opens."""
+    return max(LEAD_MIN_S, LEAD_ROUND_TRIPS * pool.round_trip_s())
 
 
 def _measure_impl(pool: AgentPool, impl: str, url: str, *, agents: int, payload: int,
@@ -247,7 +312,8 @@ def _measure_impl(pool: AgentPool, impl: str, url: str, *, agents: int, payload:
     push_batch = batch  # the guide's push still sends one RPUSH per item inside
     try:
         def window() -> dict[str, Any]:
-            start = time.time() + LEAD_S
+            result.lead_s = round(_lead_s(pool), 3)
+            start = time.time() + result.lead_s
             cmd = {"cmd": "push", "impl": impl, "namespace": namespace, "start": start,
                    "end": start + seconds, "batch": push_batch, "payload": payload}
             pool.send(cmd)
@@ -258,36 +324,47 @@ def _measure_impl(pool: AgentPool, impl: str, url: str, *, agents: int, payload:
             return None if before is None or after is None else (after - before) / (
                 time.time() - start)
 
+        def late(spans: Spans, start: float) -> None:
+            result.late_start_s = round(max(result.late_start_s or 0.0,
+                                            max(spans.first) - start), 3)
+            result.end_spread_s = round(max(result.end_spread_s or 0.0,
+                                            max(spans.last) - min(spans.last)), 3)
+
         pool.send({"cmd": "open", "impl": impl, "namespace": namespace, "payload": payload})
         pool.collect()  # every agent connected and warm before the first window opens
         cmd = window()
         _wait_until(cmd["start"])
         cpu0 = cpu()
-        replies = pool.collect()
+        spans = Spans.of(pool.collect())
         result.server_cpu_push = cores(cpu0, cmd["start"])
-        pushed = sum(r["pushed"] for r in replies)
-        span = max(r["last"] for r in replies) - cmd["start"]
-        result.push_per_s = pushed / span
+        pushed = sum(spans.pushed)
+        result.push_per_s = spans.own_rate()
+        result.push_overlap = spans.overlap()
+        late(spans, cmd["start"])
 
         intact, took = _drain(learner, tracker, batch, pushed)
-        result.pull_per_s = intact / took if took > 0 else None
+        result.pull_per_s = intact / took if intact and took > 0 else None
 
         cmd = window()
         _wait_until(cmd["start"])
         cpu0 = cpu()
-        in_window = 0
+        pulls: list[tuple[float, int]] = []  # (when, intact experiences) per pull
         while time.time() < cmd["end"]:
             exps = learner.pull(batch)
             if exps:
-                in_window += tracker.take(exps)
+                pulls.append((time.time(), tracker.take(exps)))
                 learner.ack(exps)
             else:
                 time.sleep(0.0005)
-        replies = pool.collect()
+        spans = Spans.of(pool.collect())
         result.server_cpu_e2e = cores(cpu0, cmd["start"])
-        result.e2e_per_s = in_window / seconds
-        second = sum(r["pushed"] for r in replies)
-        pushed += second
+        late(spans, cmd["start"])
+        common = spans.together(until=cmd["end"])
+        if common is not None:
+            got = sum(n for when, n in pulls if common[0] <= when <= common[1])
+            result.e2e_per_s = got / (common[1] - common[0])
+        result.e2e_overlap = round((common[1] - common[0]) / seconds, 3) if common else 0.0
+        pushed += sum(spans.pushed)
         _drain(learner, tracker, batch, pushed - tracker.returned)  # leftovers, untimed
         stats = learner.stats()
         result.pushed = pushed
@@ -430,25 +507,98 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep:
         rows = sweep_agents(_ints(args.sweep), impls or SWEEP_IMPLS, args.payload,
                             args.seconds, args.batch)
-        print(json.dumps(rows, indent=2) if args.json else _table(rows))
+        print(json.dumps(rows, indent=2) if args.json else explained_table(rows, args.seconds))
         return 0
     report = measure_buffers(impls or IMPLS, args.agents, args.payload, args.seconds, args.batch)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(_table([{"agents": report["agents"], **r} for r in report["results"]]))
+        rows = [{"agents": report["agents"], **r} for r in report["results"]]
+        print(explained_table(rows, args.seconds))
         print(f"redis {report['redis_version']}, redis-benchmark RPUSH: "
               f"{report['redis_benchmark_rpush_per_s']}/s")
     return 0
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
-    cols = ("agents", "impl", "push_per_s", "pull_per_s", "e2e_per_s", "server_cpu_push",
-            "server_cpu_e2e", "lost", "duplicates", "malformed")
-    lines = ["  ".join(f"{c:>15}" for c in cols)]
+COLUMNS = ("agents", "impl", "push_per_s", "pull_per_s", "e2e_per_s", "server_cpu_push",
+           "server_cpu_e2e", "lost", "duplicates", "malformed")
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.2f}" if column.startswith("server_cpu") else f"{value:.0f}"
+    return str(value)
+
+
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> str:
+    """Result rows as an aligned text table; a rate that could not be measured shows "n/a"
+    (:func:`notes` says why), a skipped implementation shows its reason."""
+    def line(cells: list[str]) -> str:
+        return "  ".join(f"{cell:>15}" for cell in cells)
+
+    lines = [line(list(columns))]
     for row in rows:
-        cells = [str(row.get(c)) for c in cols]
+        cells = [_cell(c, row.get(c)) for c in columns]
         if row.get("skipped"):
-            cells[2:] = ["-"] * (len(cols) - 2)
-        lines.append("  ".join(f"{cell:>15}" for cell in cells))
+            lines.append(f"{line(cells[:2])}  skipped: {row['skipped']}")
+        else:
+            lines.append(line(cells))
     return "\n".join(lines)
+
+
+def notes(row: dict[str, Any], seconds: float) -> list[str]:
+    """Sentences for a row whose numbers need context: agents that started late or pushed
+    apart, a window in which a rate could not be measured, experiences that never came back."""
+    if row.get("skipped"):
+        return []
+    who = f"{row['impl']} ({row['agents']} agents)" if "agents" in row else row["impl"]
+    late = (f"the last agent started {row.get('late_start_s') or 0:g} s after its window "
+            f"opened (the command went out {row.get('lead_s') or 0:g} s early, "
+            f"{LEAD_ROUND_TRIPS:g} measured round trips)")
+    apart = (f"{late}, and the agents' final batches, finished rather than cut, ended "
+             f"{row.get('end_spread_s') or 0:g} s apart")
+    out = []
+    together = row.get("push_overlap") or 0.0
+    if row["push_per_s"] is None:
+        out.append(f"{who}: no agent pushed in the {seconds:g} s push window: {late}. A busy "
+                   "machine wakes its processes late; raise the window.")
+    elif together < TOGETHER:
+        out.append(f"{who}: the agents pushed together for {100 * together:.0f}% of the push "
+                   f"phase: {apart}. push/s adds up each agent's own rate; while fewer agents "
+                   "pushed, each had more of the machine, so the sum over-states what they "
+                   "sustain together. A longer window makes these edges a smaller share.")
+    e2e_share = row.get("e2e_overlap") or 0.0
+    if row["e2e_per_s"] is None:
+        out.append(f"{who}: at no moment of the {seconds:g} s end-to-end window was every "
+                   f"agent pushing, so there is no end-to-end rate: {late}.")
+    elif e2e_share < TOGETHER:
+        out.append(f"{who}: end to end is counted over the {e2e_share * seconds:.2f} s "
+                   f"({100 * e2e_share:.0f}% of the window) in which every agent pushed.")
+    if row["pull_per_s"] is None:
+        out.append(f"{who}: nothing came back to the learner, so there is no pull rate.")
+    if row.get("lost"):
+        out.append(f"{who}: {row['lost']} pushed experience(s) never came back, though the "
+                   f"learner pulled until its pulls had been empty for {DRAIN_QUIET_S:g} s.")
+    return out
+
+
+def explained_table(rows: list[dict[str, Any]], seconds: float) -> str:
+    """:func:`table`, then the :func:`notes` of every row that needs one."""
+    return "\n".join([table(rows), *(note for row in rows for note in notes(row, seconds))])
+
+
+def sweep_summary(points: list[dict[str, Any]], impl: str) -> str:
+    """Where ``impl``'s push rate peaked in a sweep, and the most of a core Redis used."""
+    rows = [p for p in points if p["impl"] == impl and p.get("push_per_s") is not None]
+    if not rows:
+        return f"{impl}: no agent count gave a push rate (see the notes above)"
+    best = max(rows, key=lambda p: p["push_per_s"])
+    cpu = [p for p in rows if p.get("server_cpu_push") is not None]
+    busiest = max(cpu, key=lambda p: p["server_cpu_push"]) if cpu else None
+    server = ("the server's CPU was not available" if busiest is None else
+              f"Redis used at most {busiest['server_cpu_push']:.2f} of a core "
+              f"(at {busiest['agents']} agents)")
+    return (f"{impl}: push rate peaked at {best['push_per_s']:.0f}/s with {best['agents']} "
+            f"agent(s); {server}")

@@ -2,9 +2,12 @@
 
 Speaks JSON lines: prints ``{"ready": agent_id}`` once imported, then answers each command
 read from stdin with one line. ``{"cmd": "open", "impl", "namespace", "payload"}`` connects and
-warms up (``{"ok": true}``); ``{"cmd": "push", "impl", "namespace", "start", "end", "batch",
-"payload"}`` waits until ``start`` (``time.time()``), pushes batches until ``end`` and prints
-``{"pushed", "first", "last"}`` (or ``{"error"}``); ``{"cmd": "quit"}`` ends it.
+warms up (``{"ok": true}``); ``{"cmd": "ping"}`` answers ``{"pong": time}`` at once (the parent
+times it to know how early a window's command must go out); ``{"cmd": "push", "impl",
+"namespace", "start", "end", "batch", "payload"}`` waits until ``start`` (``time.time()``),
+pushes batches until ``end`` and prints ``{"pushed", "first", "last"}`` (or ``{"error"}``;
+``first`` is when this agent really began, later than ``start`` when it woke late, and it
+pushes nothing when it woke after ``end``); ``{"cmd": "quit"}`` ends it.
 Server URLs come from the environment (``LABKIT_BENCH_REDIS_URL`` / ``LABKIT_BENCH_NATS_URL``),
 never from argv, where ``ps`` would show their passwords. Nothing is pickled.
 """
@@ -75,6 +78,14 @@ class Agent:
             buf.close()
 
 
+def answer(agent: Agent, cmd: dict[str, Any]) -> dict[str, Any]:
+    """The reply to one command."""
+    kind = cmd.get("cmd")
+    if kind == "ping":
+        return {"pong": time.time()}
+    return agent.open(cmd) if kind == "open" else agent.push(cmd)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     agent = Agent(int(args[0]))
@@ -85,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             if cmd.get("cmd") == "quit":
                 break
             try:
-                reply = agent.open(cmd) if cmd.get("cmd") == "open" else agent.push(cmd)
+                reply = answer(agent, cmd)
             except Exception as exc:  # noqa: BLE001 (reported to the parent, which raises)
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             print(json.dumps(reply), flush=True)

@@ -11,9 +11,10 @@ differ in round trips, what survives serialization and the delivery guarantee:
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from labkit.errors import LabkitError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     RedisLike = redis.Redis | RedisCluster
 
 KINDS = ("guide", "list", "stream", "nats")
+DRAIN_LIMIT_S = 60.0  # only bounds a drain whose experiences never all arrive
 
 
 @dataclass
@@ -80,6 +82,54 @@ class ExperienceBuffer(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+@dataclass
+class Drained:
+    """What :func:`drain` got back, and what ended it."""
+
+    want: int | None
+    ended: str
+    """``"all"`` (got ``want``), ``"empty"`` (no ``want``: a pull came back empty) or
+    ``"limit"`` (``limit_s`` passed first)."""
+    seconds: float
+    experiences: list[Experience] = field(default_factory=list, repr=False)
+
+    def describe(self) -> str:
+        """One sentence: how many came back, and why the drain stopped there."""
+        got = len(self.experiences)
+        if self.ended == "all":
+            return f"all {got} came back in {self.seconds:.2f} s"
+        if self.ended == "empty":
+            return f"{got} came back before a pull found nothing left"
+        return (f"{got} of {self.want} came back within {self.seconds:.0f} s; the rest had not "
+                "arrived when the drain stopped waiting (a stalled or overloaded server)")
+
+
+def drain(buffer: ExperienceBuffer, want: int | None = None, *, batch: int = 64,
+          limit_s: float = DRAIN_LIMIT_S, ack: bool = True) -> Drained:
+    """Pulls (and acks) until ``want`` experiences came back or, without ``want``, until a pull
+    comes back empty; ``limit_s`` bounds it. With ``want`` an empty pull does not end it: a
+    server may answer one pull empty while it is still delivering (a NATS fetch waits only
+    ``fetch_timeout_s``), so only the count or the limit does."""
+    started = time.monotonic()
+    got: list[Experience] = []
+    ended = "limit"
+    while time.monotonic() - started < limit_s:
+        if want is not None and len(got) >= want:
+            ended = "all"
+            break
+        items = buffer.pull(batch if want is None else min(batch, want - len(got)))
+        if not items:
+            if want is None:
+                ended = "empty"
+                break
+            time.sleep(0.01)  # a Redis pull answers at once: don't spin on the server
+            continue
+        got += items
+        if ack and items:
+            buffer.ack(items)
+    return Drained(want, ended, time.monotonic() - started, got)
 
 
 def connect(target: str | RedisLike) -> tuple[RedisLike, bool]:
@@ -171,4 +221,4 @@ def open_buffer(
     raise LabkitError(f"unknown buffer kind {kind!r}: choose one of {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "BufferStats", "ExperienceBuffer", "open_buffer"]
+__all__ = ["KINDS", "BufferStats", "Drained", "ExperienceBuffer", "drain", "open_buffer"]

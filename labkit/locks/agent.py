@@ -26,6 +26,7 @@ from labkit.locks.fencing import FencedLock, FencedStore
 from labkit.locks.lockfree import AtomicAdd, watch_update
 
 Counts = dict[str, int]
+Step = Callable[[Counts, float], None]
 POLL_S = 0.002  # how often a blocked lock acquire retries SET NX
 
 
@@ -34,25 +35,27 @@ def _think(seconds: float) -> None:
         time.sleep(seconds)
 
 
-def increment_step(method: str, client: Any, spec: dict[str, Any]) -> Callable[[Counts], None]:
-    """One increment of ``<ns>:counter`` done the ``method`` way; updates ``counts``."""
+def increment_step(method: str, client: Any, spec: dict[str, Any]) -> Step:
+    """One increment of ``<ns>:counter`` done the ``method`` way; updates ``counts``. The
+    second argument is a pause (seconds) a lock holder takes inside its critical section on
+    its first try, as a GC pause would; only the lock methods take it."""
     ns, think = spec["ns"], float(spec["think_s"])
     ttl, wait = float(spec["ttl_s"]), float(spec["wait_s"])
     key, lock_name = f"{ns}:counter", f"{ns}:lock"
 
-    def unlocked(counts: Counts) -> None:  # the race: GET, work, SET
+    def unlocked(counts: Counts, pause_s: float = 0.0) -> None:  # the race: GET, work, SET
         value = int(client.get(key) or 0)
-        _think(think)
+        _think(think + pause_s)
         client.set(key, value + 1)
 
     lock = client.lock(lock_name, timeout=ttl, sleep=POLL_S, blocking_timeout=wait,
                        thread_local=False)
 
-    def redis_lock(counts: Counts) -> None:
+    def redis_lock(counts: Counts, pause_s: float) -> None:
         if not lock.acquire():
             raise LockTimeoutError(f"lock {lock_name!r} not acquired within {wait:g} s")
         try:
-            unlocked(counts)
+            unlocked(counts, pause_s)
         finally:
             try:
                 lock.release()
@@ -61,27 +64,28 @@ def increment_step(method: str, client: Any, spec: dict[str, Any]) -> Callable[[
 
     fenced_lock, store = FencedLock(client, lock_name, ttl, wait, POLL_S), FencedStore(client)
 
-    def fenced(counts: Counts) -> None:
+    def fenced(counts: Counts, pause_s: float) -> None:
         while True:
             token = fenced_lock.acquire()
             try:
                 value = int(store.read(key, token) or 0)
-                _think(think)
+                _think(think + pause_s)
                 store.write(key, value + 1, token)
                 return
             except StaleTokenError:
                 counts["rejected"] += 1  # our lock expired meanwhile: redo the increment
+                pause_s = 0.0  # the redo is not paused again
             finally:
                 if not fenced_lock.release():
                     counts["expired"] += 1
 
     atomic = AtomicAdd(client)
 
-    def lua(counts: Counts) -> None:
+    def lua(counts: Counts, pause_s: float) -> None:
         _think(think)  # the work computes the change; the change itself is one atomic step
         atomic.add(key, 1)
 
-    def watch(counts: Counts) -> None:
+    def watch(counts: Counts, pause_s: float) -> None:
         counts["retries"] += watch_update(client, key, lambda old: int(old or 0) + 1, think)
 
     steps = {"none": unlocked, "redis_lock": redis_lock, "fenced": fenced, "lua": lua,
@@ -92,9 +96,10 @@ def increment_step(method: str, client: Any, spec: dict[str, Any]) -> Callable[[
 def race(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
     step = increment_step(spec["method"], client, spec)
     counts: Counts = {"retries": 0, "rejected": 0, "expired": 0}
+    every, pause = int(spec.get("pause_every", 0)), float(spec.get("pause_s", 0.0))
     started = time.monotonic()
-    for _ in range(int(spec["increments"])):
-        step(counts)
+    for i in range(int(spec["increments"])):
+        step(counts, pause if every and (i + 1) % every == 0 else 0.0)
     return {"ok": True, **counts, "seconds": time.monotonic() - started}
 
 
@@ -149,11 +154,14 @@ def stale_fast(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def deadlock(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    """Takes ``locks`` in order; after the first, waits (up to ``hold_s``) until every agent
-    holds one, so opposite orders deadlock every time instead of by chance."""
+    """Takes ``locks`` in order. With ``hold_s`` > 0 (opposite orders), it keeps its first lock
+    until every agent holds one, so the orders deadlock every time instead of by chance, however
+    late an agent starts; ``hold_s`` only bounds that wait. Reports when it took its first lock
+    and whether it saw every agent holding one."""
     ns, agents, wait = spec["ns"], int(spec["agents"]), float(spec["wait_s"])
     held: list[tuple[str, Any]] = []
     started = time.monotonic()
+    report: dict[str, Any] = {"first_lock_at": None, "saw_all_holding": False}
     try:
         for name in spec["locks"]:
             lock = client.lock(f"{ns}:{name}", timeout=float(spec["ttl_s"]), sleep=POLL_S,
@@ -166,13 +174,13 @@ def deadlock(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
                     "locks in one global order (sorted names)")
             held.append((name, lock))
             if len(held) == 1:
+                report["first_lock_at"] = time.time()
                 client.rpush(f"{ns}:holding", spec["index"])
-                until = time.monotonic() + float(spec["hold_s"])
-                while client.llen(f"{ns}:holding") < agents and time.monotonic() < until:
-                    time.sleep(0.005)
-        return {"ok": True, "seconds": time.monotonic() - started}
+                report["saw_all_holding"] = _until_all_hold(client, f"{ns}:holding", agents,
+                                                            float(spec["hold_s"]))
+        return {"ok": True, **report, "seconds": time.monotonic() - started}
     except LockTimeoutError as exc:
-        return {"ok": False, "error": str(exc), "error_type": type(exc).__name__,
+        return {"ok": False, "error": str(exc), "error_type": type(exc).__name__, **report,
                 "seconds": time.monotonic() - started}
     finally:
         for _, lock in reversed(held):
@@ -180,6 +188,16 @@ def deadlock(client: Any, spec: dict[str, Any]) -> dict[str, Any]:
                 lock.release()
             except LockError:  # expired: nothing left to release
                 pass
+
+
+def _until_all_hold(client: Any, key: str, agents: int, limit_s: float) -> bool:
+    """Waits until ``agents`` agents have said they hold a lock (at most ``limit_s``)."""
+    until = time.monotonic() + limit_s
+    while client.llen(key) < agents:
+        if time.monotonic() >= until:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 ROLES = {"race": race, "stale_slow": stale_slow, "stale_fast": stale_fast,

@@ -31,7 +31,15 @@ from labkit.locks.base import (
 
 RANK_SCRIPT = Path(__file__).with_name("guide_rank.py")
 MARK = "LABKIT_LOCKS"
-LAUNCH_MARGIN_S = 120.0  # torch imports, rendezvous and teardown of a few ranks on 2 cores
+LAUNCH_MARGIN_S = 120.0  # rendezvous, Redis and teardown, on top of the measured start-up
+
+
+def launch_limit_s(ranks: int, work_s: float) -> float:
+    """A bound on one guide-lock job that holds on a slow machine: the start-up of ``ranks``
+    torch processes as measured here (``labkit.pace``), the job's own work, and a margin."""
+    from labkit.pace import startup_allowance_s
+
+    return startup_allowance_s(ranks + 1) + work_s + LAUNCH_MARGIN_S
 
 
 @dataclass
@@ -48,6 +56,26 @@ class GuideOverlapResult:
     lost_updates: int  # on the Redis counter the "lock" was supposed to protect
     launch_seconds: float
     intervals: list[list[list[float]]] = field(default_factory=list, repr=False)
+
+    @property
+    def entry_spread_s(self) -> float:
+        """The widest gap, over the rounds, between the first and the last rank entering the
+        "critical section": how far apart the ranks were scheduled as the all_reduce returned."""
+        spreads = [max(entries) - min(entries)
+                   for entries in zip(*[[span[0] for span in rank] for rank in self.intervals],
+                                      strict=True)]
+        return round(max(spreads, default=0.0), 6)
+
+    def describe(self) -> str:
+        """What the run showed, including a run where no two ranks happened to overlap."""
+        if self.max_inside > 1:
+            return (f"{self.max_inside} of {self.ranks} ranks were inside the 'locked' section "
+                    f"at one instant (a lock allows 1); every rank entered together in "
+                    f"{self.rounds_all_inside} of {self.rounds} rounds")
+        return (f"no two ranks overlapped this time: the ranks left the all_reduce up to "
+                f"{self.entry_spread_s * 1000:.1f} ms apart (a busy machine scheduled them one "
+                f"after the other), longer than the {self.think_s * 1000:g} ms section. They "
+                "still all 'acquired' at once; raise think_s to see them inside together")
 
 
 @dataclass
@@ -92,18 +120,21 @@ def _marks(output: list[str]) -> list[dict[str, Any]]:
 
 
 def guide_lock_overlap(url: str, ranks: int = 2, rounds: int = 5, think_s: float = 0.05,
-                       timeout_s: float = 300.0) -> GuideOverlapResult:
+                       timeout_s: float | None = None) -> GuideOverlapResult:
     """``ranks`` torchrun ranks each take the guide's lock ``rounds`` times and, "holding"
-    it, GET a Redis counter, work ``think_s``, SET it + 1."""
+    it, GET a Redis counter, work ``think_s``, SET it + 1. ``timeout_s`` (default: from the
+    start-up measured here) bounds the job."""
     from labkit.launch import launch_local
 
     check_int("ranks", ranks, 2, 16)
     check_int("rounds", rounds, 1, 1000)
     check_seconds("think_s", think_s, allow_zero=True)
+    limit = check_seconds("timeout_s", timeout_s if timeout_s is not None
+                          else launch_limit_s(ranks, 3 * rounds * (think_s + 0.1)))
     client, ns = connect(url), new_namespace()
     try:
         result = launch_local(RANK_SCRIPT, "overlap", ns, str(rounds), str(think_s), "-1",
-                              nproc_per_node=ranks, timeout_s=timeout_s, echo=None,
+                              nproc_per_node=ranks, timeout_s=limit, echo=None,
                               env={URL_ENV: url, **CPU_GROUP}, check=True)
     finally:
         delete_namespace(client, ns)
@@ -122,14 +153,16 @@ def guide_lock_skip(url: str, ranks: int = 3, skip_rank: int | None = None,
                     timeout_s: float | None = None) -> GuideSkipResult:
     """``ranks`` ranks; ``skip_rank`` (default: the last) writes without ``acquire()``, the
     others call it. ``LABKIT_COLLECTIVE_TIMEOUT`` is ``collective_timeout_s``, so they should
-    fail after about that long instead of at PyTorch's default (30 min for gloo)."""
+    fail after about that long instead of at PyTorch's default (30 min for gloo). Ranks that
+    start far apart still join (``labkit.dist.setup`` joins with its own, long limit).
+    ``timeout_s`` (default: from the start-up measured here) bounds the job."""
     from labkit.launch import launch_local
 
     check_int("ranks", ranks, 2, 16)
     skip_rank = ranks - 1 if skip_rank is None else skip_rank
     check_int("skip_rank", skip_rank, 0, ranks - 1)
     check_seconds("collective_timeout_s", collective_timeout_s)
-    limit = timeout_s if timeout_s is not None else collective_timeout_s + LAUNCH_MARGIN_S
+    limit = timeout_s if timeout_s is not None else launch_limit_s(ranks, 3 * collective_timeout_s)
     client, ns = connect(url), new_namespace()
     try:
         result = launch_local(RANK_SCRIPT, "skip", ns, "1", "0", str(skip_rank),

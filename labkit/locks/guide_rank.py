@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 import labkit
-from labkit.dist import setup, teardown
+from labkit.dist import collective_timeout, join_timeout, setup, teardown
 from labkit.locks.guide import max_inside
 
 MARK = "LABKIT_LOCKS"
@@ -82,9 +82,17 @@ def overlap(rank: int, world: int, ns: str, rounds: int, think_s: float) -> None
     client.close()
 
 
+def _line_up() -> None:
+    """Every rank here before the experiment starts, under the long join limit rather than the
+    short collective timeout being demonstrated: ranks of a busy machine leave ``setup()`` some
+    time apart, and that is start-up, not the hang this run shows."""
+    limit = join_timeout(collective_timeout())
+    dist.monitored_barrier(timeout=limit)  # gloo's barrier that takes its own timeout
+
+
 def skip(rank: int, world: int, ns: str, skip_rank: int) -> None:
     lock = LockedBuffer(rank, world)
-    dist.barrier()
+    _line_up()
     if rank == skip_rank:  # "my write is tiny, I don't need the lock"
         client = _client()
         client.incr(f"{ns}:counter")
