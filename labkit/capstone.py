@@ -343,7 +343,8 @@ def _with_breaks(points: list[list[float]], gap_s: float = 1.5) -> tuple[list[fl
 
 @dataclass
 class CapstoneReport:
-    """What the run did, in five parts the issue asks for, plus what the figure draws."""
+    """What the run did, in five parts (throughput, lag, restarts, lost work, final return),
+    plus what the figure draws."""
 
     config: dict[str, Any]
     seconds: float
