@@ -42,6 +42,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from labkit.errors import LabkitError, ParameterError
+from labkit.pace import startup_allowance_s
 
 REDIS_URL_ENV = "LABKIT_BENCH_REDIS_URL"
 NATS_URL_ENV = "LABKIT_BENCH_NATS_URL"
@@ -136,7 +137,8 @@ class AgentPool:
                     [sys.executable, "-m", "labkit.bench.buffer_agent", str(i)], env=env,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors,
                     text=True))
-            self._replies()  # {"ready": i} from each
+            # {"ready": i} from each, once n processes have imported torch on these cores
+            self._replies(max(REPLY_TIMEOUT_S, startup_allowance_s(n)))
         except BaseException:
             self.close()
             raise
@@ -148,13 +150,13 @@ class AgentPool:
             proc.stdin.write(line)
             proc.stdin.flush()
 
-    def _replies(self) -> list[dict[str, Any]]:
+    def _replies(self, timeout_s: float = REPLY_TIMEOUT_S) -> list[dict[str, Any]]:
         replies = []
         for i, proc in enumerate(self.procs):
             assert proc.stdout is not None
-            line = _readline(proc, REPLY_TIMEOUT_S)
+            line = _readline(proc, timeout_s)
             if line is None:
-                raise LabkitError(f"buffer agent {i} did not answer within {REPLY_TIMEOUT_S:g} s")
+                raise LabkitError(f"buffer agent {i} did not answer within {timeout_s:g} s")
             reply = json.loads(line) if line.strip() else {"error": "exited"}
             if "error" in reply:
                 self._errors.seek(0)
