@@ -128,6 +128,12 @@ def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInf
     import torch
     import torch.distributed as dist
 
+    # Before the group exists: its functions take group.WORLD as a default argument, so an
+    # import after init (the first DDP imports it, through torch._dynamo) holds the group past
+    # destroy_process_group, and a gloo thread still running at interpreter shutdown can abort
+    # the process (see teardown).
+    import torch.distributed.nn  # noqa: F401
+
     backend = backend or default_backend()
     if "RANK" not in os.environ:
         from labkit.ports import free_port
@@ -153,11 +159,42 @@ def setup(backend: str | None = None, timeout_s: float | None = None) -> RankInf
 
 
 def teardown() -> None:
-    """Leave the process group cleanly (PyTorch warns when a job exits without this)."""
+    """Leave the process group cleanly (PyTorch warns when a job exits without this).
+
+    The group must really go, and its gloo threads with it, before Python shuts down: a gloo
+    worker thread that frees the last collective's tensors after shutdown began has to take
+    the GIL, Python ends such a thread, and ending it inside a C++ destructor calls
+    ``std::terminate`` (SIGABRT, "terminate called without an active exception"), now and
+    then, more often on a loaded machine. What can still hold the group is released first:
+    DTensor's plan caches (they keep FSDP's device mesh) and DDP or FSDP modules waiting in
+    reference cycles for the garbage collector. A module the script itself still references
+    keeps the group alive: delete it before ``teardown()``."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_initialized():
+        _clear_dtensor_caches()
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _clear_dtensor_caches() -> None:
+    """Forget DTensor's cached sharding and redistribution plans (private torch API; a torch
+    without it keeps them, and the group they hold)."""
+    import sys
+
+    if "torch.distributed.tensor" not in sys.modules:
+        return  # no DTensor was made: nothing cached
+    try:
+        from torch.distributed.tensor import _redistribute
+        from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+        _clear_sharding_prop_cache()
+        _redistribute.clear_redistribute_planner_cache()
+        _redistribute._gen_transform_infos.cache_clear()
+    except (ImportError, AttributeError):
+        return
 
 
 def print0(*args, **kwargs) -> None:

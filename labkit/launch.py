@@ -15,6 +15,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -33,38 +34,111 @@ from labkit.errors import LaunchError, ParameterError
 from labkit.ports import free_port
 from labkit.proctree import MARK_ENV, children, end_launch
 from labkit.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
+from labkit.worker import STDERR_TAILS_ENV, StderrTail
 
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
 NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
 LAST_CALL_S = 2  # elastic rendezvous: how long a round waits for more nodes past the minimum
+MORE_SHOWN = 5  # a failed job's error: ranks that failed after the first, one line each
 
 Echo = Callable[[str], None]
 
 
-class RankFailedError(LaunchError):
-    """A rank raised or exited non-zero; ``str(err)`` carries that rank's traceback."""
-
-    def __init__(self, failure: RankFailure, others: int = 0) -> None:
-        self.failure = failure
-        more = f"\n({others} more rank(s) failed after it)" if others else ""
-        super().__init__(
-            f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
-            f"{failure.error}{more}\n\n{failure.traceback}"
-        )
-
-
-class LaunchTimeoutError(LaunchError):
-    """The job ran past its timeout; every process of it was ended."""
-
-
 @dataclass(frozen=True)
 class RankFailure:
+    """One rank that failed: it raised (``traceback`` is the Python one), or its process exited
+    non-zero without one or was killed by a signal (``exitcode``, as torchrun reports it,
+    and ``stderr``, the last lines the process wrote there)."""
+
     rank: int
     node: int
     restart: int
     time: float
     error: str
     traceback: str
+    exitcode: int | None = None  # negative: killed by that signal; None: the rank raised
+    stderr: tuple[str, ...] = ()
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that killed the rank process (``"SIGABRT"``), None if it was none."""
+        return signal_name(self.exitcode)
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The signal a negative exit code stands for (-6: ``"SIGABRT"``), else None."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+SIGNAL_HINTS = {
+    "SIGABRT": "native code aborted: std::terminate (\"terminate called ...\": a C++ exception "
+               "nobody caught, or a thread ended inside C++), a failed assertion or a fatal "
+               "Python error; its message, if it wrote one, is in the lines above.",
+    "SIGSEGV": "a segmentation fault: native code (an extension, a library) touched memory it "
+               "does not own; the Python stack above shows the call that got there.",
+    "SIGKILL": "sent from outside the process: the kernel's out-of-memory killer (see `dmesg`), "
+               "a scheduler, or kill -9.",
+}
+# faulthandler's report names the wrapper's and runpy's frames and every extension module
+_NOISE = re.compile(r'^\s*File "(<frozen runpy>|.*[/\\]labkit[/\\]worker\.py)"'
+                    r"|^Extension modules: ")
+
+
+def describe_exit(exitcode: int) -> str:
+    """How a rank process ended, in words: ``killed by SIGABRT (signal 6)``."""
+    name = signal_name(exitcode)
+    if name is None:
+        return f"exited with code {exitcode} without a Python traceback"
+    return f"killed by {name} (signal {-exitcode})" if name.startswith("SIG") \
+        else f"killed by {name}"
+
+
+def _failure_details(failure: RankFailure) -> str:
+    """The traceback, or for a process that ended without one its last stderr lines."""
+    if failure.traceback:
+        return failure.traceback
+    shown = [f"  {line}" for line in failure.stderr if not _NOISE.search(line)]
+    lines = [f"Last lines rank {failure.rank} wrote to stderr:", *shown] if shown \
+        else [f"Rank {failure.rank} wrote nothing to stderr."]
+    if hint := SIGNAL_HINTS.get(failure.signal or ""):
+        lines.append(f"{failure.signal}: {hint}")
+    return "\n".join(lines)
+
+
+def _one_line(failure: RankFailure, width: int = 160) -> str:
+    error = failure.error.splitlines()[0] if failure.error else ""
+    error = error if len(error) <= width else error[:width - 3] + "..."
+    return f"rank {failure.rank} (node {failure.node}, restart {failure.restart}): {error}"
+
+
+class RankFailedError(LaunchError):
+    """A rank raised or exited non-zero; ``str(err)`` carries that rank's traceback (or, for a
+    process that ended without one, its last stderr lines) and a line for each rank that
+    failed after it (``others``)."""
+
+    def __init__(self, failure: RankFailure, others: Sequence[RankFailure] = ()) -> None:
+        self.failure, self.others = failure, list(others)
+        more = "".join(f"\n  then {_one_line(f)}" for f in self.others[:MORE_SHOWN])
+        if len(self.others) > MORE_SHOWN:
+            more += f"\n  then {len(self.others) - MORE_SHOWN} more rank(s)"
+        super().__init__(
+            f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
+            f"{failure.error}{more}\n\n{_failure_details(failure)}"
+        )
+
+
+class RankSignaledError(RankFailedError):
+    """A rank process was killed by a signal (SIGABRT, SIGSEGV, SIGKILL, ...):
+    ``failure.signal`` names it, ``failure.stderr`` holds its last stderr lines."""
+
+
+class LaunchTimeoutError(LaunchError):
+    """The job ran past its timeout; every process of it was ended."""
 
 
 @dataclass
@@ -76,7 +150,7 @@ class LaunchResult:
     seconds: float
     timed_out: bool
     output: list[str]
-    failures: list[RankFailure]
+    failures: list[RankFailure]  # every rank that raised, exited non-zero or was killed; by time
     published: Any
     commands: list[list[str]]
     timeout_s: float
@@ -100,7 +174,9 @@ class LaunchResult:
                 + "\n".join(self.output[-20:])
             )
         if self.returncode != 0 and self.failures:
-            raise RankFailedError(self.failures[0], len(self.failures) - 1)
+            first = self.failures[0]
+            error = RankSignaledError if first.signal else RankFailedError
+            raise error(first, self.failures[1:])
         if self.returncode != 0:
             raise LaunchError(
                 f"torchrun exited with {self.node_returncodes} and no rank recorded an error.\n"
@@ -424,7 +500,51 @@ def _read_failures(run_dir: Path) -> list[RankFailure]:
             failures.append(RankFailure(**json.loads(path.read_text())))
         except (ValueError, TypeError):
             continue  # a rank killed mid-write leaves half a file: nothing to report from it
-    return sorted(failures, key=lambda f: f.time)
+    return failures
+
+
+# torchrun's agent reports every worker process that failed, by pid: a log line as it sees the
+# first one fail, and the ChildFailedError summary (every failed one) when it gives up.
+TORCHRUN_EXIT_REPORTS = (
+    re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"),
+    re.compile(r"exitcode\s*: (-?\d+) \(pid: (\d+)\)"),
+)
+
+
+def torchrun_exits(output: Sequence[str]) -> dict[int, int]:
+    """pid -> exit code of every rank process torchrun's agents reported failed (negative: the
+    signal that killed it), read from the agents' output lines."""
+    exits = {}
+    for line in output:
+        if line.startswith("[node"):
+            continue  # a rank's own output, not its agent's
+        for pattern in TORCHRUN_EXIT_REPORTS:
+            if match := pattern.search(line):
+                exits[int(match[2])] = int(match[1])
+    return exits
+
+
+def exit_failures(exits: dict[int, int], tails: dict[int, StderrTail],
+                  explained: set[tuple[int, int]]) -> list[RankFailure]:
+    """A failure for each rank process torchrun reported (pid -> exit code) that recorded no
+    Python error itself (``explained``: (rank, restart) pairs that did): who it was, when it
+    ended and its last stderr lines come from its stderr tap."""
+    failures = []
+    for pid, code in exits.items():
+        tail = tails.get(pid)
+        if tail is None or (tail.rank, tail.restart) in explained:
+            continue
+        failures.append(RankFailure(tail.rank, tail.node, tail.restart, tail.ended,
+                                    describe_exit(code), "", exitcode=code, stderr=tail.lines))
+    return failures
+
+
+def collect_failures(run_dir: Path, tails_dir: Path, output: Sequence[str]) -> list[RankFailure]:
+    """Every rank that raised (its own record) or whose process torchrun saw fail, by time."""
+    raised = _read_failures(run_dir)
+    ended = exit_failures(torchrun_exits(output), StderrTail.read_all(tails_dir),
+                          {(f.rank, f.restart) for f in raised})
+    return sorted(raised + ended, key=lambda f: f.time)
 
 
 def _restart_env(max_restarts: int) -> dict[str, str]:
@@ -458,7 +578,9 @@ def launch_local(
 
     Each node is a separate torchrun agent; ranks print with a ``[nodeN rankR]`` prefix. The
     whole process tree is ended at ``timeout_s``. With ``check=True`` a failed or timed-out job
-    raises (:class:`RankFailedError` carries the failing rank's traceback).
+    raises (:class:`RankFailedError` carries the failing rank's traceback; its subclass
+    :class:`RankSignaledError`, for a rank killed by a signal, names the signal and holds the
+    rank's last stderr lines).
     ``nodes_started=k`` starts only the first k agents of the job: what a node that never
     shows up does to the others (they wait ``join_timeout_s`` for it, then fail).
     ``network`` places the nodes (default: all on 127.0.0.1; see ``labkit.netlab``).
@@ -499,6 +621,7 @@ def launch_local(
             **cfg.env,
             RUN_DIR_ENV: str(folder),
             "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
+            STDERR_TAILS_ENV: str(scratch / "stderr-tails"),  # labkit.worker's stderr taps
         }
         started = time.monotonic()
         codes, output, timed_out, fleet = run_agents(
@@ -512,7 +635,7 @@ def launch_local(
             seconds=time.monotonic() - started,
             timed_out=timed_out,
             output=output,
-            failures=_read_failures(folder),
+            failures=collect_failures(folder, scratch / "stderr-tails", output),
             published=read_published(folder),
             commands=commands[:started_nodes] if on_tick is None else commands,
             timeout_s=timeout_s,

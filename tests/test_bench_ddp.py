@@ -4,12 +4,16 @@ The three launches run at once (nothing here is timed against a threshold; resid
 per process), so the module stays well under a minute and a half on a 2-core machine. The
 invariants, with generous margins: views make every grad part of its bucket and save about one
 gradient copy; all agent modes run; DDP and FSDP replicas agree, local agents differ; each FSDP
-rank holds half of the model; the collectives counted are the ones each design calls.
+rank holds half of the model; the collectives counted are the ones each design calls. Every
+rank of those launches also checks, as it leaves, that its process group is gone with all its
+gloo threads (``ddp_rank.leave``); one more process shows that check fails when it should.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
@@ -115,3 +119,35 @@ def test_cli_arguments() -> None:
     assert (args.nproc, args.model_mb, args.agent_hidden, args.steps) == (4, 16.0, 128, 10)
     assert (args.modes, args.json, args.part, args.zero_grad_in_place) == (
         "ddp,fsdp_root", True, "all", False)
+
+
+HOLDS_THE_GROUP = """\
+import torch
+import torch.distributed as dist
+
+from labkit.bench import ddp_rank
+from labkit.dist import setup
+
+setup("gloo")  # a world of one, no torchrun
+dist.all_reduce(torch.ones(1))
+held = dist.group.WORLD  # what a leftover module or cache would keep
+try:
+    ddp_rank.leave()
+except RuntimeError as exc:
+    print("held:", exc)
+del held
+print("released:", ddp_rank.gloo_threads())
+"""
+
+
+def test_leaving_while_something_holds_the_group_is_an_error() -> None:
+    """A group that outlives teardown keeps its gloo threads, the ones that abort a process
+    when they free a tensor during interpreter shutdown; the ranks' exit check sees them."""
+    proc = subprocess.run([sys.executable, "-c", HOLDS_THE_GROUP], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    held, released = proc.stdout.splitlines()
+    assert held.startswith("held: the process group outlived destroy_process_group: gloo "
+                           "threads ['"), held
+    assert "pt_gloo_runloop" in held
+    assert released == "released: []"

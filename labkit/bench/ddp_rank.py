@@ -16,6 +16,10 @@ DDP and under FSDP2 (``fully_shard`` per Linear, then the root; works on CPU wit
 data and steps in each mode. Per step: a barrier (untimed), then forward, backward, SGD step.
 Collectives of one more step are counted with a dispatch mode (the DDP reducer's C++ allreduce
 passes the dispatcher too). Rank 0 publishes a list of dicts as JSON.
+
+Leaving: ``labkit.dist.teardown`` releases what holds the group (see its docstring for why a
+group that survives into interpreter shutdown can abort the process); :func:`leave` then
+checks that no gloo thread is left, so such a hold is a clear error here, not a rare abort.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +52,7 @@ MEM_BATCH = 8  # small: activations stay far below the gradients
 MEM_ITERS = 5  # 0: autograd makes the grads, 1: DDP rebuilds buckets, 2..4: steady
 OBS, ACTIONS = 4, 2  # the agent policy: a CartPole-sized observation and action space
 SEED = 1000
+GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")  # torch's gloo worker and transport threads
 # c10d op -> collective name for bus_factor; all_gather counts its output, reduce_scatter its input
 C10D_OPS = {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
             "_allgather_base_": "all_gather", "allgather_": "all_gather",
@@ -267,6 +273,31 @@ def agents(cfg: dict[str, Any]) -> list[dict]:
     return rows
 
 
+def gloo_threads() -> list[str]:
+    """The gloo threads this process still runs (Linux ``/proc``; empty elsewhere)."""
+    names = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if name in GLOO_THREADS:
+            names.append(name)
+    return names
+
+
+def leave() -> None:
+    """Destroy the process group for good (``teardown``), then check that its gloo threads
+    ended (``labkit.dist.teardown`` says why they must)."""
+    teardown()
+    if left := gloo_threads():
+        raise RuntimeError(
+            f"the process group outlived destroy_process_group: gloo threads {left} still run, "
+            "and one that frees a tensor during interpreter shutdown aborts the process; "
+            "something still holds the group (a DDP or FSDP module, a cache, a module imported "
+            "after init_process_group that keeps group.WORLD)")
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     info = setup()
@@ -274,7 +305,7 @@ def main() -> None:
     for row in rows:
         row["world_size"] = info.world_size
     labkit.publish(rows)
-    teardown()
+    leave()
 
 
 if __name__ == "__main__":
