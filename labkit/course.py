@@ -46,10 +46,9 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from labkit import doctor
+from labkit import doctor, proctree
 from labkit.course_pace import PACE_FILE, load_pace_file, scaled
 from labkit.errors import LabkitError, ParameterError
-from labkit.proctree import parent_pid
 from labkit.results import RESULTS_ENV
 
 CELL_TIMEOUT_S = 3600.0
@@ -603,65 +602,19 @@ def _quiet_logger(name: str) -> Iterator[None]:
 
 
 def _marked_processes(mark: str) -> dict[int, int]:
-    """pid -> parent pid of the live processes that carry ``mark`` (Linux: /proc environ;
-    elsewhere: every descendant of this process, from ``ps``). Zombies do not count."""
-    if not Path("/proc/self/environ").exists():
-        return _descendants_ps()
-    needle = f"{NOTEBOOK_MARK_ENV}={mark}".encode()
+    """pid -> parent pid of the live processes of a notebook (its kernel and everything the
+    kernel started, found by ``mark``: ``labkit.proctree``)."""
     found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found[int(entry.name)] = parent_pid(int(entry.name))
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
-def _descendants_ps() -> dict[int, int]:
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True,
-                         text=True).stdout
-    parents = {}
-    for line in out.splitlines():
-        pid, ppid, stat = line.split(None, 2)
-        if not stat.startswith("Z"):
-            parents[int(pid)] = int(ppid)
-    found: dict[int, int] = {}
-    todo = [os.getpid()]
-    while todo:
-        parent = todo.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found:
-                found[pid] = ppid
-                todo.append(pid)
+    for pid in proctree.launch_processes(mark, {os.getpid()}, NOTEBOOK_MARK_ENV):
+        with contextlib.suppress(OSError, ValueError, IndexError, KeyError):  # gone meanwhile
+            found[pid] = proctree.parent_pid(pid)
     return found
 
 
 def _end_processes(mark: str, grace_s: float) -> int:
-    """SIGTERM every process that carries ``mark``, SIGKILL what is left after ``grace_s``;
-    returns how many there were."""
-    pids = set(_marked_processes(mark))
-    if not pids:
-        return 0
-    _signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while _marked_processes(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for _ in range(20):  # SIGKILL cannot be ignored; loop for children forked meanwhile
-        left = set(_marked_processes(mark))
-        if not left:
-            break
-        _signal_all(left, signal.SIGKILL)
-        time.sleep(0.05)
-    return len(pids)
-
-
-def _signal_all(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+    """SIGTERM every process of the notebook, SIGKILL what is left after ``grace_s``; returns
+    how many there were."""
+    return proctree.end_launch(mark, {os.getpid()}, grace_s, NOTEBOOK_MARK_ENV)
 
 
 def _remove_stale_namespaces() -> None:

@@ -4,7 +4,8 @@ torchrun starts each worker in a session of its own, so killing the agent's proc
 misses the workers, and a worker whose agent was SIGKILLed is re-parented away from the tree.
 The launcher therefore marks every process it starts with an environment variable
 (LABKIT_LAUNCH_ID), which children inherit, and finds them by that mark on Linux (/proc);
-elsewhere it walks the parent/child tree with ``ps``.
+elsewhere it walks the parent/child tree with ``ps``. The course runner marks each notebook's
+kernel the same way, under a name of its own.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 MARK_ENV = "LABKIT_LAUNCH_ID"
 
 
-def _marked_linux(mark: str) -> set[int]:
-    needle = f"{MARK_ENV}={mark}".encode()
+def _marked_linux(mark: str, name: str) -> set[int]:
+    needle = f"{name}={mark}".encode()
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -35,7 +36,9 @@ def _marked_linux(mark: str) -> set[int]:
 
 
 def parent_pid(pid: int) -> int:
-    """The parent of ``pid``, from /proc (Linux)."""
+    """The parent of ``pid``: from /proc on Linux, from ``ps`` elsewhere."""
+    if not Path("/proc/self/stat").exists():
+        return _process_table()[pid]
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat[stat.rindex(")") + 2:].split()[1])  # comm may hold spaces and ')'
 
@@ -53,11 +56,21 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def _descendants_ps(roots: set[int]) -> set[int]:
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
+def _process_table() -> dict[int, int]:
+    """pid -> parent pid of every live process, from ``ps`` (zombies left out)."""
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True,
+                         text=True).stdout
+    table = {}
     for line in out.splitlines():
-        pid, ppid = (int(x) for x in line.split())
+        pid, ppid, stat = line.split(None, 2)
+        if not stat.startswith("Z"):
+            table[int(pid)] = int(ppid)
+    return table
+
+
+def _descendants_ps(roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _process_table().items():
         children.setdefault(ppid, []).append(pid)
     found, todo = set(), list(roots)
     while todo:
@@ -69,11 +82,13 @@ def _descendants_ps(roots: set[int]) -> set[int]:
     return found
 
 
-def launch_processes(mark: str, roots: set[int] = frozenset()) -> set[int]:
-    """Live processes that belong to the launch ``mark`` (plus the given roots' descendants)."""
+def launch_processes(mark: str, roots: set[int] = frozenset(), name: str = MARK_ENV) -> set[int]:
+    """Live processes whose environment has ``name=mark`` (Linux), or else the given roots and
+    their descendants; never this process itself."""
     if Path("/proc/self/environ").exists():
-        return _marked_linux(mark)  # zombies have an empty environ, so they don't count
-    return {pid for pid in roots if _alive(pid)} | _descendants_ps(set(roots))
+        return _marked_linux(mark, name)  # zombies have an empty environ, so they don't count
+    found = {pid for pid in roots if _alive(pid)} | _descendants_ps(set(roots))
+    return found - {os.getpid()}
 
 
 def _alive(pid: int) -> bool:
@@ -94,22 +109,24 @@ def _signal_all(pids: set[int], sig: int) -> None:
             pass
 
 
-def end_launch(mark: str, roots: set[int] = frozenset(), grace_s: float = 5.0) -> int:
-    """SIGTERM every process of the launch, SIGKILL what is left after ``grace_s``.
+def end_launch(mark: str, roots: set[int] = frozenset(), grace_s: float = 5.0,
+               name: str = MARK_ENV) -> int:
+    """SIGTERM every process of the launch (``launch_processes``), SIGKILL what is left after
+    ``grace_s``.
 
     Returns how many processes it had to signal. Safe to call when all are gone already.
     """
-    pids = launch_processes(mark, roots)
+    pids = launch_processes(mark, roots, name)
     if not pids:
         return 0
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not launch_processes(mark, roots):
+        if not launch_processes(mark, roots, name):
             return len(pids)
         time.sleep(0.1)
     for _ in range(20):  # SIGKILL cannot be ignored; loop for ones forked meanwhile
-        left = launch_processes(mark, roots)
+        left = launch_processes(mark, roots, name)
         if not left:
             break
         _signal_all(left, signal.SIGKILL)
