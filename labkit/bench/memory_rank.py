@@ -4,11 +4,14 @@
 of float32 rows whose values are known from (rank, index), then either all-gathers everyone's
 rows (``replicated``) or keeps its own (``sharded``, sampling fetches rows from their owners with
 ``all_to_all_single``). Resident memory (``/proc/self/status``) is taken against a baseline after
-imports, process-group init and a warm-up; rank 0 publishes the per-rank numbers as JSON.
+imports, process-group init and a warm-up, each reading after ``malloc_trim`` so the allocator's
+kept free pages are not counted; rank 0 publishes the per-rank numbers as JSON.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import sys
 
 import torch
@@ -19,7 +22,7 @@ import labkit
 DIM = 256  # float32 per row: 1 KiB rows
 BATCH = 512
 ROUNDS = 4
-_CHUNK = 4096
+_CHUNK = 512  # rows made at a time: temporaries of 1 MiB, not a shard's worth
 
 
 def vm_kib() -> tuple[int, int]:
@@ -31,6 +34,16 @@ def vm_kib() -> tuple[int, int]:
             if key in ("VmRSS", "VmHWM"):
                 found[key] = int(value.split()[0])
     return found["VmRSS"], found["VmHWM"]
+
+
+def release_freed() -> None:
+    """Hands freed heap pages back to the kernel (glibc ``malloc_trim``), so resident memory
+    counts live tensors, not temporaries the allocator kept for reuse; a no-op off glibc."""
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def reset_peak() -> None:
@@ -117,11 +130,13 @@ def main() -> None:
     dist.all_gather([torch.empty(3, dtype=torch.float64) for _ in range(world)],
                     torch.zeros(3, dtype=torch.float64))
     dist.barrier()
+    release_freed()
     base, _ = vm_kib()
     reset_peak()
 
     kept, ok = hold_and_sample(mode, rank, world, rows, gen)
     dist.barrier()
+    release_freed()
     now, peak = vm_kib()
     mine = torch.tensor([(now - base) / 1024, (peak - base) / 1024, float(ok)],
                         dtype=torch.float64)
