@@ -84,7 +84,10 @@ def _torch() -> list[Check]:
         try:
             version = torch.cuda.nccl.version()
             text = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-            checks.append(Check("nccl version", True, text))
+            # the NCCL torch was compiled against; the library loaded can differ (pip's
+            # nvidia-nccl wheel, a system libnccl): NCCL_DEBUG=VERSION prints that one
+            checks.append(Check("nccl version", True, f"{text} (torch built with)",
+                                "the loaded one: the 'NCCL version' line of NCCL_DEBUG=VERSION"))
         except Exception as exc:  # noqa: BLE001
             checks.append(Check("nccl version", False, "unknown", f"{type(exc).__name__}: {exc}"))
     else:
