@@ -1,6 +1,6 @@
 """The guide's ``SharedExperienceBuffer``, reproduced faithfully: the baseline to measure against.
 
-What it keeps from the guide, bugs included (FACTS.md row 14: "works, slow, lossy"):
+What it keeps from the guide, bugs included (it works, slowly, and loses data):
 
 - **One round trip per item.** ``push`` sends one ``RPUSH buffer:{agent_id} <bytes>`` per
   experience; ``pull`` sends one ``LPOP buffer:{i}`` per other agent. The guide uses

@@ -1,6 +1,6 @@
 """Redis lists done right: batched, typed frames, bounded, fair; delivery is at-most-once.
 
-What changes from the guide's buffer (FACTS.md row 14):
+What changes from the guide's buffer:
 
 - ``push`` sends a whole batch as one multi-value ``RPUSH key f1 f2 ...`` (one round trip), with
   ``LTRIM key -capacity -1`` in the same ``MULTI`` when ``capacity`` is set: overflow drops the
