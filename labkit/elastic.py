@@ -187,7 +187,8 @@ class Horizon:
 
     ``step``: the group holds before it passes this step (None: no limit). It is the step of
     the next change, which the scheduler carries out once the group stands there, or, while the
-    last change is in flight (no group has formed since it), the end of the job. ``world`` and
+    last change is in flight (no group has formed since it), the end of the job; while a node is
+    on its way out (preempt, kill, freeze) it stays at the step that change was made. ``world`` and
     ``since``: a group that formed after ``since`` (wall clock) with fewer than ``world`` ranks
     is *short*: a running node missed its rendezvous round. It holds until its agents re-form it
     with that node, which torchrun does as soon as the node waits for the next round.
