@@ -501,11 +501,12 @@ class _Scheduler:
     def _horizon(self, fleet: Fleet) -> Horizon:
         upcoming = self.plan[self.next] if self.next < len(self.plan) else None
         flight = None if self.in_flight is None else self.plan[self.in_flight]
-        step = upcoming.at_step if upcoming else (self.steps if flight else None)
         if flight is not None and flight.action != "join":
             # a node on its way out: the group holds where the change was made until it has
             # re-formed without it, so no step is trained before the notice reaches the ranks
             step = self.outcomes[self.in_flight].at_step
+        else:
+            step = upcoming.at_step if upcoming else (self.steps if flight else None)
         world = self.nproc * sum(fleet.running(n) for n in range(len(fleet.procs)))
         return Horizon(step, world, self.since, None if flight is None else str(flight),
                        None if upcoming is None else str(upcoming))
