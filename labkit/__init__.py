@@ -10,7 +10,7 @@ In a notebook: ``%load_ext labkit`` enables ``%%torchrun``.
 from __future__ import annotations
 
 from labkit.errors import LabkitError
-from labkit.publish import publish
+from labkit.runtime.publish import publish
 
 __all__ = ["LabkitError", "publish", "load_ipython_extension"]
 __version__ = "0.1.0"
@@ -18,6 +18,6 @@ __version__ = "0.1.0"
 
 def load_ipython_extension(ipython) -> None:  # noqa: ANN001 (IPython's own type)
     """``%load_ext labkit``: registers the ``%%torchrun`` cell magic."""
-    from labkit.magic import register
+    from labkit.runtime.magic import register
 
     register(ipython)

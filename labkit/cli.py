@@ -38,23 +38,25 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import capstone, elastic, train
-from labkit.bench import buffer as bench_buffer
-from labkit.bench import collectives
-from labkit.bench import coordination as bench_coordination
-from labkit.bench import ddp as bench_ddp
-from labkit.bench import memory as bench_memory
-from labkit.bench import staleness as bench_staleness
-from labkit.bench import sync_async as bench_sync_async
+from labkit.buffers import bench as bench_buffer
+from labkit.capstone import run as capstone
+from labkit.collectives import bench as collectives
 from labkit.errors import LabkitError
 from labkit.hangs import run as hangs_cli
-from labkit.launch import parse_env
 from labkit.locks import cli as locks_cli
 from labkit.nccl.cli import add_check_arguments, run_check
+from labkit.orchestration import coordination as bench_coordination
+from labkit.orchestration import elastic
+from labkit.runtime.launch import parse_env
+from labkit.scaling import ddp as bench_ddp
+from labkit.scaling import memory as bench_memory
+from labkit.training import compare as bench_sync_async
+from labkit.training import fixed_lag as bench_staleness
+from labkit.training import train
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from labkit import doctor
+    from labkit.course import doctor
 
     if (args.cluster or args.dry_run) and not args.install:
         args.parser.error("--cluster and --dry-run go with --install")
@@ -83,7 +85,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _doctor_install(cluster: bool, dry_run: bool) -> int:
     """``labkit doctor --install``: apt-get the missing programs' packages when root on
     Debian/Ubuntu, otherwise print what to run."""
-    from labkit import doctor
+    from labkit.course import doctor
 
     plan = doctor.plan_install(doctor.check_programs(versions=False), doctor.this_system(),
                                cluster=cluster)
@@ -100,7 +102,7 @@ def _doctor_install(cluster: bool, dry_run: bool) -> int:
 
 
 def _course_run(args: argparse.Namespace) -> int:
-    from labkit.course import run_course
+    from labkit.course.runner import run_course
 
     try:
         result = run_course(
@@ -115,7 +117,7 @@ def _course_run(args: argparse.Namespace) -> int:
 
 
 def _course_speed(args: argparse.Namespace) -> int:
-    from labkit.course_speed import passed, run_speed_tier
+    from labkit.course.speed import passed, run_speed_tier
 
     try:
         paces = tuple(float(p) for p in args.paces.split(",") if p.strip())
@@ -130,7 +132,7 @@ def _course_speed(args: argparse.Namespace) -> int:
 
 
 def _course_student(args: argparse.Namespace) -> int:
-    from labkit.workshop import write_student_copies
+    from labkit.course.workshop import write_student_copies
 
     copies = write_student_copies(args.notebooks, args.out, only=args.only or None,
                                   force=args.force)
@@ -141,7 +143,7 @@ def _course_student(args: argparse.Namespace) -> int:
 
 
 def _course_check(args: argparse.Namespace) -> int:
-    from labkit.workshop import check_notebook, format_report, locate
+    from labkit.course.workshop import check_notebook, format_report, locate
 
     report = check_notebook(locate(args.notebook, args.notebooks), smoke=args.smoke,
                             timeout=args.cell_timeout, output=args.output)
@@ -150,7 +152,7 @@ def _course_check(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from labkit import cluster, launch
+    from labkit.runtime import cluster, launch
 
     env = parse_env(args.env)
     if args.slurm:
@@ -183,7 +185,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _bench_launch(args: argparse.Namespace) -> int:
-    from labkit.bench.launch import measure_launch
+    from labkit.runtime.launch_bench import measure_launch
 
     report = measure_launch(args.repeats, args.nnodes, args.nproc_per_node)
     if args.json:
@@ -320,9 +322,9 @@ def _passthrough(name: str) -> Callable[[argparse.Namespace], int]:
 
     def run(args: argparse.Namespace) -> int:
         if name == "agents":
-            from labkit.control import main as module_main
+            from labkit.orchestration.control import main as module_main
         else:
-            from labkit.partition import main as module_main
+            from labkit.orchestration.partition import main as module_main
         return module_main(args.args)
 
     return run

@@ -1,4 +1,4 @@
-"""labkit.agents: rollouts, their frames, and an environment pool that resumes exactly."""
+"""labkit.rl.agents: rollouts, their frames, and an environment pool that resumes exactly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import numpy as np
 import torch
 
-from labkit.agents import ActorCritic, EnvPool, Rollout, collect, seed_everything
 from labkit.buffers.frame import decode, encode
+from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, seed_everything
 
 
 def test_rollout_shapes_and_frame_round_trip() -> None:
@@ -55,7 +55,7 @@ def _rollout(delay_factor: float) -> tuple[Rollout, EnvPool]:
 
 def test_a_straggler_sleeps_in_pieces_records_what_it_slept_and_steps_the_same(monkeypatch):
     """The delay changes when steps happen, never what they are; ``delayed_s`` is slept time."""
-    import labkit.agents as agents
+    import labkit.rl.agents as agents
 
     plain, _ = _rollout(1.0)
     asked: list[float] = []

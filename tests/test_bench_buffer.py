@@ -1,4 +1,4 @@
-"""labkit.bench.buffer: one short real run (2 agent processes, 1 s windows) on an embedded Redis,
+"""labkit.buffers.bench: one short real run (2 agent processes, 1 s windows) on an embedded Redis,
 checked for shape and delivery invariants. No timing thresholds: rates only have to be positive.
 """
 
@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from labkit.bench.buffer import (
+from labkit.buffers.bench import (
     IMPLS,
     Spans,
     add_arguments,

@@ -1,4 +1,4 @@
-"""labkit.bench.collectives: nccl-tests formulas by hand, the alpha-beta fit, and real torchrun
+"""labkit.collectives.bench: nccl-tests formulas by hand, the alpha-beta fit, and real torchrun
 runs on gloo (all ops on 2 ranks; 2 nodes with a corrupting rank; start-up time).
 
 Each launch costs ~8-12 s here, so the runs are module fixtures and each checks many things.
@@ -16,9 +16,9 @@ from dataclasses import asdict
 
 import pytest
 
-from labkit.bench import collectives as cb
-from labkit.bench.alphabeta import AlphaBeta, fit_alpha_beta
-from labkit.bench.collectives import (
+from labkit.collectives import bench as cb
+from labkit.collectives.alphabeta import AlphaBeta, fit_alpha_beta
+from labkit.collectives.bench import (
     CollectiveRow,
     CollectivesReport,
     bandwidths,

@@ -1,4 +1,4 @@
-"""labkit.bench.coordination: one real two-rank launch over all five transports, small samples.
+"""labkit.orchestration.coordination: one real two-rank launch over all five transports, small samples.
 
 No wall-clock thresholds: only that every transport ran, every reply matched its ping, the
 percentiles are ordered and positive, and nothing the run started is left running.
@@ -11,7 +11,8 @@ import argparse
 import pytest
 from process_helpers import live_children
 
-from labkit.bench.coordination import (
+from labkit.errors import ParameterError
+from labkit.orchestration.coordination import (
     GUIDE_FIGURES,
     TRANSPORTS,
     add_arguments,
@@ -20,7 +21,6 @@ from labkit.bench.coordination import (
     percentile,
     summarize,
 )
-from labkit.errors import ParameterError
 
 SAMPLES = 100
 

@@ -1,4 +1,4 @@
-"""labkit.bench.ddp: real gloo launches at 2 ranks, toy sizes (a 32 MB MLP, a 64-wide agent).
+"""labkit.scaling.ddp: real gloo launches at 2 ranks, toy sizes (a 32 MB MLP, a 64-wide agent).
 
 The three launches run at once (nothing here is timed against a threshold; resident memory is
 per process), so the module stays well under a minute and a half on a 2-core machine. The
@@ -19,7 +19,8 @@ from dataclasses import asdict
 
 import pytest
 
-from labkit.bench.ddp import (
+from labkit.errors import ParameterError
+from labkit.scaling.ddp import (
     add_arguments,
     bucket_view_saving,
     measure_agents,
@@ -27,7 +28,6 @@ from labkit.bench.ddp import (
     measure_ddp,
     problems,
 )
-from labkit.errors import ParameterError
 
 MODEL_MB = 32
 
@@ -125,8 +125,8 @@ HOLDS_THE_GROUP = """\
 import torch
 import torch.distributed as dist
 
-from labkit.bench import ddp_rank
-from labkit.dist import setup
+from labkit.scaling import ddp_rank
+from labkit.runtime.dist import setup
 
 setup("gloo")  # a world of one, no torchrun
 dist.all_reduce(torch.ones(1))

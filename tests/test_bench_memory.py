@@ -1,4 +1,4 @@
-"""labkit.bench.memory: real gloo launches at 2 and 4 ranks with 8 MB per agent.
+"""labkit.scaling.memory: real gloo launches at 2 and 4 ranks with 8 MB per agent.
 
 The invariant of the design, with a generous margin: at 4 ranks a replicated rank holds 4x the
 data of a sharded one, so its extra resident memory is larger; sampled rows are always right.
@@ -10,8 +10,8 @@ import argparse
 
 import pytest
 
-from labkit.bench.memory import add_memory_arguments, measure_memory
 from labkit.errors import ParameterError
+from labkit.scaling.memory import add_memory_arguments, measure_memory
 
 
 @pytest.fixture(scope="module")

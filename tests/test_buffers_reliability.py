@@ -30,8 +30,8 @@ from redis.retry import Retry
 from labkit.buffers.base import ExperienceBuffer, open_buffer
 from labkit.buffers.frame import Experience
 from labkit.buffers.redis_stream import StreamBuffer, stream_key
-from labkit.ports import free_port
-from labkit.services import NatsServer, RedisServer, _quote
+from labkit.runtime.ports import free_port
+from labkit.services.servers import NatsServer, RedisServer, _quote
 
 
 @dataclass(eq=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.capstone import (
+from labkit.capstone.run import (
     PORTS_ENV,
     REPORT_FILE,
     CapstoneConfig,
@@ -25,8 +25,8 @@ from labkit.capstone import (
 )
 from labkit.errors import ParameterError
 from labkit.locks import FencedLock, FencedStore, StaleTokenError
-from labkit.metrics import PrometheusServer
-from labkit.services import RedisServer
+from labkit.observability.observe import PrometheusServer
+from labkit.services.servers import RedisServer
 
 SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every_updates=5)
 

@@ -1,4 +1,4 @@
-"""labkit.checkpoint and labkit.rng: atomic per-rank files, verification, pruning, RNG states."""
+"""labkit.reliability.checkpoint and labkit.reliability.rng: atomic per-rank files, verification, pruning, RNG states."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.checkpoint import (
+from labkit.errors import LabkitError, ParameterError
+from labkit.reliability.checkpoint import (
     CheckpointError,
     CheckpointManager,
     CheckpointWarning,
     IncompatibleCheckpointError,
     model_fingerprint,
 )
-from labkit.errors import LabkitError, ParameterError
-from labkit.rng import capture_rng, generator_state, restore_rng, set_generator_state
+from labkit.reliability.rng import capture_rng, generator_state, restore_rng, set_generator_state
 
 
 def tiny_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -134,7 +134,7 @@ def test_keep_prunes_to_newest_k(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["truncate", "flip"])
 def test_damaged_newest_falls_back_with_warning(tmp_path: Path, mode: str) -> None:
-    from labkit.faults import corrupt_checkpoint
+    from labkit.reliability.faults import corrupt_checkpoint
 
     mgr = CheckpointManager(tmp_path)
     for step in (1, 2):

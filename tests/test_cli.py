@@ -32,7 +32,7 @@ PUBLISHES = """\
 import os
 import sys
 
-from labkit import publish
+from labkit.runtime import publish
 
 print("args", sys.argv[1:])
 publish({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),

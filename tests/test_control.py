@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from labkit.control import (
+from labkit.errors import LabkitError, ParameterError, ServiceError
+from labkit.orchestration.control import (
     DEAD,
     JOB_ENV,
     URL_ENV,
@@ -34,9 +35,8 @@ from labkit.control import (
     spawn_agent,
     status_main,
 )
-from labkit.errors import LabkitError, ParameterError, ServiceError
-from labkit.ports import free_port
-from labkit.services import RedisServer
+from labkit.runtime.ports import free_port
+from labkit.services.servers import RedisServer
 
 TTL_S, INTERVAL_S = 1.0, 0.25
 START_TIMEOUT_S = 60.0

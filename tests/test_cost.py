@@ -1,4 +1,4 @@
-"""labkit.cost: the guide's cost table, the alpha-beta scaling model, break-even arithmetic,
+"""labkit.cost.model: the guide's cost table, the alpha-beta scaling model, break-even arithmetic,
 plots and widgets. All fast: no processes, no network."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from labkit import cost  # noqa: E402
-from labkit.bench.alphabeta import AlphaBeta  # noqa: E402
+from labkit.collectives.alphabeta import AlphaBeta  # noqa: E402
+from labkit.cost import model as cost  # noqa: E402
+from labkit.course.results import RESULTS_ENV, save_result  # noqa: E402
 from labkit.errors import ParameterError  # noqa: E402
-from labkit.results import RESULTS_ENV, save_result  # noqa: E402
 
 GUIDE = (Path(__file__).resolve().parents[2] / "shared" / "seed"
          / "distributed-ai-agents-on-gpu-clusters.txt")  # next to the checkout, as in data/README

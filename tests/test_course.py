@@ -16,7 +16,7 @@ import papermill
 import psutil
 import pytest
 
-from labkit import course
+from labkit.course import runner as course
 from labkit.errors import ParameterError
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -171,7 +171,7 @@ def test_smoke_and_override_parameters_reach_the_kernel(tmp_path, monkeypatch):
     assert [r.notebook for r in result.results] == ["01_report"]
     got = json.loads((nbdir / "report.json").read_text())
     assert (got["n"], got["label"], got["smoke"]) == (7, "smoke", "1")
-    assert got["results"] == str(out)  # labkit.results writes into the run folder
+    assert got["results"] == str(out)  # labkit.course.results writes into the run folder
     assert got["python"] == sys.executable
     assert "LABKIT_SMOKE" not in os.environ  # restored
     assert not (tmp_path / "repo" / "runs").exists()  # `out` is the run folder, no runs/latest
@@ -277,7 +277,7 @@ def test_the_course_smoke_file_names_the_course_notebooks():
 
 HOLD = """
 import os, pathlib, subprocess, sys, time
-from labkit.services import redis_url
+from labkit.services.servers import redis_url
 
 detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
                             start_new_session=True)  # out of the kernel's process group

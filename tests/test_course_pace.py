@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course import find_notebooks, plan_course
-from labkit.course_pace import PACE_FILE, load_pace_file, notebook_defaults
+from labkit.course.pace import PACE_FILE, load_pace_file, notebook_defaults
+from labkit.course.runner import find_notebooks, plan_course
 from labkit.errors import ParameterError
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

@@ -9,7 +9,7 @@ import os
 import pytest
 from test_course import make_notebook
 
-from labkit.course_speed import passed, plan_conditions, run_speed_tier
+from labkit.course.speed import passed, plan_conditions, run_speed_tier
 
 REPORT = ("import json, os\n"
           "json.dump({'window_s': window_s, 'cores': sorted(os.sched_getaffinity(0))},\n"

@@ -1,4 +1,4 @@
-"""labkit.dist and labkit.publish in this process: environment, backend, timeouts, world of 1."""
+"""labkit.runtime.dist and labkit.runtime.publish in this process: environment, backend, timeouts, world of 1."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 import torch
 
-from labkit import dist as ldist
-from labkit import publish
-from labkit.publish import PUBLISHED_FILE, read_published
+from labkit.runtime import dist as ldist
+from labkit.runtime import publish
+from labkit.runtime.publish import PUBLISHED_FILE, read_published
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "GROUP_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "MASTER_ADDR", "MASTER_PORT")
@@ -187,7 +187,7 @@ LATE_JOINER = """\
 import os, time
 import torch
 import torch.distributed as dist
-from labkit import dist as ldist, publish
+from labkit.runtime import dist as ldist, publish
 
 rank = int(os.environ["RANK"])
 if rank == 1:
@@ -208,7 +208,7 @@ if rank == 0:
 
 
 def test_a_late_rank_joins_and_a_late_collective_still_times_out():
-    from labkit.launch import launch_code
+    from labkit.runtime.launch import launch_code
 
     result = launch_code(LATE_JOINER, nproc_per_node=2, timeout_s=120)
     assert result.ok, "\n".join(result.output[-20:])

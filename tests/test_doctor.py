@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import doctor, services
-from labkit.doctor import (
+from labkit.course import doctor
+from labkit.course.doctor import (
     PROGRAMS,
     Check,
     ProgramStatus,
@@ -26,6 +26,7 @@ from labkit.doctor import (
     this_system,
 )
 from labkit.errors import ParameterError
+from labkit.services import servers as services
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.elastic import (
+from labkit.errors import ParameterError
+from labkit.orchestration.elastic import (
     ElasticConfig,
     Horizon,
     NodeChange,
@@ -23,7 +24,6 @@ from labkit.elastic import (
     reference_loss,
     run_elastic,
 )
-from labkit.errors import ParameterError
 
 # Node 1's torchrun agent starts only once the first group has formed without it: what a node
 # that boots more than the rendezvous' last call after node 0 does on a busy machine.

@@ -1,4 +1,4 @@
-"""labkit.faults: parsing, corrupting files, and a real 2-rank job that is killed and resumes."""
+"""labkit.reliability.faults: parsing, corrupting files, and a real 2-rank job that is killed and resumes."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit.checkpoint import CheckpointManager, CheckpointWarning
 from labkit.errors import ParameterError
-from labkit.faults import (
+from labkit.reliability.checkpoint import CheckpointManager, CheckpointWarning
+from labkit.reliability.faults import (
     FaultPlan,
     corrupt_checkpoint,
     faults_from_env,
@@ -23,7 +23,7 @@ from labkit.faults import (
     save_hook,
     torchrun_agent_pid,
 )
-from labkit.launch import launch_local
+from labkit.runtime.launch import launch_local
 
 
 def test_parse_faults() -> None:
@@ -100,10 +100,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from labkit import dist as ldist
-from labkit import publish
-from labkit.checkpoint import CheckpointManager, capture_rng, restore_rng
-from labkit.faults import maybe_inject, parse_faults, save_hook
+from labkit.runtime import dist as ldist
+from labkit.runtime import publish
+from labkit.reliability.checkpoint import CheckpointManager, capture_rng, restore_rng
+from labkit.reliability.faults import maybe_inject, parse_faults, save_hook
 
 folder, steps, every, faults = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 info = ldist.setup("gloo")
@@ -171,8 +171,8 @@ import sys
 
 import torch
 
-from labkit.checkpoint import CheckpointManager
-from labkit.faults import parse_faults, save_hook
+from labkit.reliability.checkpoint import CheckpointManager
+from labkit.reliability.faults import parse_faults, save_hook
 
 plans = parse_faults("kill_in_save:rank=0,step=2")
 mgr = CheckpointManager(sys.argv[1], before_replace=save_hook(plans, rank=0, node=0))

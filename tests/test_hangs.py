@@ -20,7 +20,7 @@ from labkit.errors import ParameterError
 from labkit.hangs import SCENARIOS, Recorder, diagnose, file_lock, nccl_hang_env
 from labkit.hangs import run as hang_run
 from labkit.hangs.diagnose import main_thread_stack, stack_summary
-from labkit.hangs.locks import LockTimeoutError
+from labkit.hangs.file_locks import LockTimeoutError
 from labkit.hangs.recorder import dump_path
 from labkit.hangs.run import DETECTION_SLACK_S, HangReport, run_scenario, torchrun_exit_codes
 

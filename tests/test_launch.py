@@ -22,17 +22,17 @@ from pathlib import Path
 
 import pytest
 
-from labkit import launch
-from labkit.cluster import launch_hosts, slurm_script, ssh_commands
 from labkit.errors import LabkitError, LaunchError
-from labkit.launch import (
+from labkit.runtime import launch
+from labkit.runtime.cluster import launch_hosts, slurm_script, ssh_commands
+from labkit.runtime.launch import (
     LaunchTimeoutError,
     RankFailedError,
     launch_code,
     launch_local,
 )
-from labkit.ports import free_port
-from labkit.worker import PrefixedLines
+from labkit.runtime.ports import free_port
+from labkit.runtime.worker import PrefixedLines
 
 LINE = re.compile(r"^\[node(\d+) rank(\d+)\] (.*)$")
 
@@ -72,8 +72,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from labkit import dist as ldist
-from labkit import publish
+from labkit.runtime import dist as ldist
+from labkit.runtime import publish
 
 info = ldist.setup("gloo")  # gloo on any machine: ranks may outnumber GPUs
 total = torch.tensor([float(info.rank + 1)])
@@ -130,7 +130,7 @@ def test_two_nodes_two_ranks_collectives_publish_and_prefixes(tmp_path, leftover
 RAISES = """\
 import torch.distributed as dist
 
-from labkit import dist as ldist
+from labkit.runtime import dist as ldist
 
 info = ldist.setup("gloo")
 if info.rank == 1:
@@ -165,7 +165,7 @@ import time
 
 import torch.distributed as dist
 
-from labkit import dist as ldist
+from labkit.runtime import dist as ldist
 
 info = ldist.setup("gloo")
 print("in the job", flush=True)
@@ -193,7 +193,7 @@ def test_hanging_rank_is_ended_at_the_timeout(tmp_path, leftover_processes):
 RESTARTS = """\
 import os
 
-from labkit import publish
+from labkit.runtime import publish
 
 restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
 if restart == "0":
@@ -458,7 +458,7 @@ def test_worker_prefixes_output_and_records_failures(tmp_path, mode, code, error
     write_script(tmp_path, "def fail():\n    return {}['missing']\n", name="helper.py")
     env = {**os.environ, "GROUP_RANK": "1", "RANK": "3", "LABKIT_RUN_DIR": str(tmp_path),
            "TORCHELASTIC_RESTART_COUNT": "2"}
-    proc = subprocess.run([sys.executable, "-m", "labkit.worker", str(tmp_path / "job.py"), mode],
+    proc = subprocess.run([sys.executable, "-m", "labkit.runtime.worker", str(tmp_path / "job.py"), mode],
                           env=env, capture_output=True, text=True, cwd=tmp_path.parent)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout.splitlines() == [f"[node1 rank3] argv ['{mode}'] __main__",
@@ -480,7 +480,7 @@ def test_worker_prefixes_output_and_records_failures(tmp_path, mode, code, error
 
 
 def test_worker_without_a_script_prints_usage():
-    proc = subprocess.run([sys.executable, "-m", "labkit.worker"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "labkit.runtime.worker"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
@@ -506,8 +506,8 @@ def test_a_dead_second_node_ends_the_job_without_waiting_for_the_timeout(tmp_pat
     script = tmp_path / "die.py"
     script.write_text(
         "import time\n"
-        "from labkit.dist import setup\n"
-        "from labkit.faults import kill_node\n"
+        "from labkit.runtime.dist import setup\n"
+        "from labkit.reliability.faults import kill_node\n"
         "info = setup()\n"
         "if info.node_rank == 1:\n"
         "    kill_node()\n"

@@ -3,7 +3,7 @@ torchrun agents: the error names the rank, its node, the signal and the rank's l
 
 Two parts make that work: torchrun reports each failed worker process's exit code and pid, and
 labkit's worker runs a stderr tap that prefixes the rank's C-level stderr and keeps its last
-lines (``labkit.worker``). The tap is checked first on its own, without torchrun.
+lines (``labkit.runtime.worker``). The tap is checked first on its own, without torchrun.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.launch import RankSignaledError, launch_local
-from labkit.worker import STDERR_TAILS_ENV, StderrTail
+from labkit.runtime.launch import RankSignaledError, launch_local
+from labkit.runtime.worker import STDERR_TAILS_ENV, StderrTail
 
 
 def write_script(folder: Path, text: str, name: str = "job.py") -> Path:
@@ -53,7 +53,7 @@ def test_stderr_tap_prefixes_native_lines_and_keeps_the_tail(tmp_path, leftover_
     env = {**os.environ, "GROUP_RANK": "1", "RANK": "3", "LOCAL_RANK": "1",
            "TORCHELASTIC_RESTART_COUNT": "2", STDERR_TAILS_ENV: str(tails),
            "LABKIT_TEST_MARK": mark}
-    proc = subprocess.run([sys.executable, "-m", "labkit.worker", str(script)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "labkit.runtime.worker", str(script)], env=env,
                           capture_output=True, text=True)
     assert proc.returncode == -signal.SIGABRT, proc.stderr
     assert proc.stdout.splitlines() == ["[node1 rank3] to stdout"]
@@ -170,8 +170,8 @@ KILLED_ONCE = """\
 import os
 import sys
 
-from labkit import publish
-from labkit.faults import faults_from_env, maybe_inject
+from labkit.runtime import publish
+from labkit.reliability.faults import faults_from_env, maybe_inject
 
 print(f"attempt {os.environ['TORCHELASTIC_RESTART_COUNT']}", file=sys.stderr, flush=True)
 maybe_inject(faults_from_env(), rank=int(os.environ["RANK"]), node=0, step=0)

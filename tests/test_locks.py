@@ -31,8 +31,8 @@ from labkit.locks import (
     stale_write_experiment,
 )
 from labkit.locks.base import URL_ENV
-from labkit.ports import free_port
-from labkit.services import RedisServer
+from labkit.runtime.ports import free_port
+from labkit.services.servers import RedisServer
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from labkit import magic
 from labkit.errors import ParameterError
-from labkit.launch import RankFailedError
-from labkit.magic import cell_script, parse_env
+from labkit.runtime import magic
+from labkit.runtime.launch import RankFailedError
+from labkit.runtime.magic import cell_script, parse_env
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_cell_runs_on_every_rank_and_rank0_publishes(shell, capsys):
     cell = (
         "%%torchrun --nnodes 2 --nproc-per-node 1 --vars size --timeout 180\n"
         "import torch, torch.distributed as dist\n"
-        "from labkit import dist as ldist, publish\n"
+        "from labkit.runtime import dist as ldist, publish\n"
         "info = ldist.setup('gloo')\n"
         "t = torch.full((size,), float(info.rank + 1))\n"
         "dist.all_reduce(t)\n"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit import netlab
-from labkit.launch import RankFailedError, launch_local
-from labkit.netlab import PREFIX, NetLab, NetLabError, cleanup_stale, tbf_args
+from labkit.runtime import netlab
+from labkit.runtime.launch import RankFailedError, launch_local
+from labkit.runtime.netlab import PREFIX, NetLab, NetLabError, cleanup_stale, tbf_args
 
 OK, WHY = netlab.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"no lab network here: {WHY}")
@@ -143,7 +143,7 @@ def test_exceptions_clean_up(monkeypatch):
 
 LINGERING = """\
 import signal, sys, time
-from labkit.netlab import NetLab
+from labkit.runtime.netlab import NetLab
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
 lab = NetLab(2)
 print(" ".join(lab.namespaces), flush=True)
@@ -198,8 +198,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from labkit import dist as ldist
-from labkit import publish
+from labkit.runtime import dist as ldist
+from labkit.runtime import publish
 
 
 def tcp_peers():  # remote addresses of this namespace's established TCP connections
@@ -288,7 +288,7 @@ def test_two_nodes_all_reduce_across_namespaces(tmp_path, leftover_processes):
 
 def test_wrong_socket_interface_fails_fast_with_gloos_message(tmp_path, leftover_processes):
     script = tmp_path / "job.py"
-    script.write_text("from labkit import dist\ndist.setup('gloo')\n")
+    script.write_text("from labkit.runtime import dist\ndist.setup('gloo')\n")
     run_dir = tmp_path / "run"
     with NetLab(2) as lab:
         started = time.monotonic()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course import find_notebooks, run_course
+from labkit.course.runner import find_notebooks, run_course
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 

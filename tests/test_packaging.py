@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from labkit.course import find_notebooks, plan_course
+from labkit.course.runner import find_notebooks, plan_course
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import netlab, partition
-from labkit.netlab import PREFIX, NetLab, NetLabError
-from labkit.partition import (
+from labkit.orchestration import partition
+from labkit.orchestration.partition import (
     Sample,
     collective_partition,
     cut,
@@ -31,6 +30,8 @@ from labkit.partition import (
     majority,
     summarize_phase,
 )
+from labkit.runtime import netlab
+from labkit.runtime.netlab import PREFIX, NetLab, NetLabError
 
 OK, WHY = netlab.available()
 needs_lab = pytest.mark.skipif(not OK, reason=f"no lab network here: {WHY}")
@@ -52,7 +53,7 @@ def experiment_processes() -> list[str]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() or "labkit.partition member" in cmdline \
+        if ppid == os.getpid() or "labkit.orchestration.partition member" in cmdline \
                 or "partition_rank.py" in cmdline:
             found.append(f"{entry.name}: {cmdline.strip()}")
     return found

@@ -15,7 +15,7 @@ from labkit.buffers.frame import Experience
 from labkit.buffers.redis_list import list_key
 from labkit.buffers.redis_stream import StreamBuffer, stream_key
 from labkit.errors import ServiceError
-from labkit.rediscluster import BUS_OFFSET, RedisClusterServer, find_redis_cli
+from labkit.services.redis_cluster import BUS_OFFSET, RedisClusterServer, find_redis_cli
 
 AGENTS = list(range(8))
 M = 25
@@ -150,7 +150,7 @@ def test_clear_errors_when_redis_cli_fails_or_is_missing(tmp_path, monkeypatch):
     fake = tmp_path / "redis-cli"
     fake.write_text("#!/bin/sh\necho '[ERR] Node 127.0.0.1:1 is not empty.' >&2\nexit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr("labkit.rediscluster.find_redis_cli", lambda _binary: fake)
+    monkeypatch.setattr("labkit.services.redis_cluster.find_redis_cli", lambda _binary: fake)
     cluster = RedisClusterServer()
     with pytest.raises(ServiceError, match=r"(?s)cluster create failed.*is not empty"):
         cluster.start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit import results
+from labkit.course import results
 
 
 def test_results_go_to_the_configured_run_folder(tmp_path, monkeypatch):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labkit.runlog import LogTail, append_record, read_records
+from labkit.runtime.runlog import LogTail, append_record, read_records
 
 
 def test_records_round_trip_and_a_cut_line_is_skipped(tmp_path):

@@ -21,9 +21,9 @@ from process_helpers import live_children
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from labkit import services
 from labkit.errors import ServiceError
-from labkit.services import (
+from labkit.services import servers as services
+from labkit.services.servers import (
     NatsServer,
     RedisServer,
     check_nats,
@@ -209,7 +209,7 @@ def test_killed_parent_takes_its_server_along():
     code = textwrap.dedent(
         """
         import time
-        from labkit.services import RedisServer
+        from labkit.services.servers import RedisServer
         server = RedisServer().start()
         print(server.pid, server.tmpdir, flush=True)
         time.sleep(60)

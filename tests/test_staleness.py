@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from labkit.bench.staleness import LagRun, simulate, summarize, sweep
 from labkit.errors import ParameterError
-from labkit.returns import gae, vtrace
-from labkit.staleness import StalenessConfig, weight
+from labkit.rl.returns import gae, vtrace
+from labkit.rl.staleness import StalenessConfig, weight
+from labkit.training.fixed_lag import LagRun, simulate, summarize, sweep
 
 
 def test_weights_per_method() -> None:

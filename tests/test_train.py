@@ -1,4 +1,4 @@
-"""labkit.train: both modes as real torchrun jobs at toy size, and the configs that must fail.
+"""labkit.training.train: both modes as real torchrun jobs at toy size, and the configs that must fail.
 
 Learning is checked as movement, not as a score: after a small budget the mean return must
 be well above a random policy's (about 22 on CartPole-v1)."""
@@ -9,11 +9,11 @@ import argparse
 
 import pytest
 
-from labkit.agents import RANDOM_POLICY_RETURN
 from labkit.errors import ParameterError
-from labkit.launch import RankFailedError
-from labkit.staleness import StalenessConfig
-from labkit.train import Hyper, TrainConfig, add_arguments, config_from_args, train
+from labkit.rl.agents import RANDOM_POLICY_RETURN
+from labkit.rl.staleness import StalenessConfig
+from labkit.runtime.launch import RankFailedError
+from labkit.training.train import Hyper, TrainConfig, add_arguments, config_from_args, train
 
 LEARNED = 2 * RANDOM_POLICY_RETURN
 
@@ -94,7 +94,7 @@ def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftov
 
     import redis
 
-    from labkit.services import RedisServer
+    from labkit.services.servers import RedisServer
 
     server = RedisServer().start()
     monkeypatch.setenv("REDIS_URL", server.url)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from labkit.errors import ParameterError
-from labkit.faults import corrupt_checkpoint
-from labkit.train import TrainConfig, train
+from labkit.reliability.faults import corrupt_checkpoint
+from labkit.training.train import TrainConfig, train
 
 STEPS = 40 * 512  # 40 updates of 2 agents x 8 envs x 32 steps
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit import cli, workshop
+from labkit import cli
+from labkit.course import workshop
 from labkit.errors import ParameterError
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -134,17 +135,17 @@ def test_stub_keeps_instructions_and_keep_lines(tmp_path):
     assert workshop.stub_source(TOTAL, "total") == (
         "# Exercise: add up the chunks, the way a ring all-reduce would.\n"
         "# Hint: one pass over xs.\n"
-        "from labkit.workshop import ExerciseNotDone\n"
+        "from labkit.course.workshop import ExerciseNotDone\n"
         "def total(xs):  # keep\n"
         '    raise ExerciseNotDone("total")'
     )
     assert workshop.stub_source(MEAN, "mean").splitlines()[1:] == [
-        "from labkit.workshop import ExerciseNotDone",
+        "from labkit.course.workshop import ExerciseNotDone",
         'raise ExerciseNotDone("mean")',
     ]
     two = "import math  # keep\n\ndef f(x):  # keep\n    return x\n\n\ndef g():  # keep\n    pass"
     assert workshop.stub_source(two, "two") == (
-        "from labkit.workshop import ExerciseNotDone\nimport math  # keep\n\ndef f(x):  # keep\n"
+        "from labkit.course.workshop import ExerciseNotDone\nimport math  # keep\n\ndef f(x):  # keep\n"
         '    raise ExerciseNotDone("two")\n\n\ndef g():  # keep\n    raise ExerciseNotDone("two")'
     )
     # a student copy of a student copy is the same copy

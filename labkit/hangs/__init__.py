@@ -27,7 +27,7 @@ and ``labkit.hangs.run.run``).
 """
 
 from labkit.hangs.diagnose import Diagnosis, diagnose, load_dumps
-from labkit.hangs.locks import LockTimeoutError, file_lock
+from labkit.hangs.file_locks import LockTimeoutError, file_lock
 from labkit.hangs.nccl_env import EnvSetting, as_environ, nccl_hang_env
 from labkit.hangs.recorder import Event, Recorder
 from labkit.hangs.run import HangReport, format_report, run_all, run_scenario

@@ -9,7 +9,7 @@ The guide: "Set NCCL_BLOCKING_WAIT=1 ... forces NCCL to fail fast". In PyTorch 2
 * It makes ``work.wait()`` block the calling CPU thread and raise once the process group's
   timeout expires: ``init_process_group(timeout=...)``, 10 minutes by default for NCCL. It
   fails fast only if you shorten that timeout, which is the actual fix
-  (``labkit.dist.setup`` uses ``LABKIT_COLLECTIVE_TIMEOUT``).
+  (``labkit.runtime.dist.setup`` uses ``LABKIT_COLLECTIVE_TIMEOUT``).
 * Without it the watchdog already acts on a timeout: ``TORCH_NCCL_ASYNC_ERROR_HANDLING``,
   default 3 (SkipCleanUp: tear the process down without aborting communicators); 1 aborts and
   tears down, 2 only aborts, 0 does nothing (``ErrorHandlingMode`` in ``ProcessGroupNCCL.hpp``).

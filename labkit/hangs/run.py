@@ -21,16 +21,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from labkit.errors import ParameterError
 from labkit.hangs.diagnose import diagnose, load_dumps, main_thread_stack
 from labkit.hangs.recorder import dump_folder, stacks_path
 from labkit.hangs.scenarios import DEFAULT_TIMEOUT_S, SCENARIOS
+from labkit.runtime.rank_script import rank_script
 
 Echo = Callable[[str], None]
-RANK_SCRIPT = Path(__file__).with_name("scenarios.py")
+RANK_SCRIPT = rank_script(__name__)
 LAUNCH_ALLOWANCE_S = 120.0  # start-up and tear-down on top of the scenario's timeout
 DETECTION_SLACK_S = 3.0  # scheduling delay a loaded 2-core machine may add to a timeout
 TORCHRUN_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank")
@@ -105,8 +105,8 @@ def run_scenario(name: str, timeout_s: float | None = None, detail: bool | None 
     """Launch scenario ``name`` and diagnose it. ``detail``: TORCH_DISTRIBUTED_DEBUG=DETAIL
     (default: the scenario's choice); ``echo``: a callable for the ranks' output lines;
     ``env``: more environment for the ranks."""
-    from labkit.dist import TIMEOUT_ENV
-    from labkit.launch import launch_local
+    from labkit.runtime.dist import TIMEOUT_ENV
+    from labkit.runtime.launch import launch_local
 
     if name not in SCENARIOS:
         raise ParameterError(f"unknown hang scenario {name!r}; one of: {', '.join(SCENARIOS)}")

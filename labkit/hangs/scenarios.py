@@ -2,7 +2,7 @@
 
 Every scenario is a loop of ``STEPS`` steps that all_reduces "gradients" (4 floats); one rank,
 the culprit, deviates. The catalog (``SCENARIOS``) is plain data the driver reads without
-importing torch; ``python -m labkit.worker scenarios.py NAME TIMEOUT`` (what the driver
+importing torch; ``run_rank.py NAME TIMEOUT`` (what the driver
 launches) runs NAME on each rank with the flight recorder installed and a collective timeout of
 TIMEOUT seconds, so a hang fails in seconds instead of PyTorch's 30 minutes (gloo).
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from labkit.hangs.locks import file_lock
+from labkit.hangs.file_locks import file_lock
 
 if TYPE_CHECKING:
     from labkit.hangs.recorder import Recorder
@@ -179,40 +178,3 @@ RANK_CODE: dict[str, Callable[..., None]] = {
     "dead_rank": _run_dead_rank,
     "lock_deadlock": _run_lock_deadlock,
 }
-
-
-def wait_for_peers(folder: Path, rank: int, world_size: int, limit_s: float = 300.0) -> None:
-    """A file barrier before joining the group. The group's timeout (a few seconds here) also
-    bounds joining it, and on a busy machine one rank may take longer than that to import
-    torch: waiting here first keeps a slow start from looking like a hang."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank{rank}").touch()
-    deadline = time.monotonic() + limit_s
-    while len(list(folder.iterdir())) < world_size and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def main(argv: list[str]) -> None:
-    """Rank entry: ``scenarios.py NAME TIMEOUT_S`` under labkit's launcher."""
-    import torch
-    import torch.distributed as dist
-
-    from labkit import dist as ldist
-    from labkit.hangs.recorder import Recorder, dump_folder
-    from labkit.publish import RUN_DIR_ENV
-
-    name, timeout_s = argv[0], float(argv[1])
-    run_dir = Path(os.environ[RUN_DIR_ENV])
-    wait_for_peers(dump_folder(run_dir) / "ready", int(os.environ["RANK"]),
-                   int(os.environ["WORLD_SIZE"]))
-    info = ldist.setup("gloo", timeout_s=timeout_s)
-    recorder = Recorder(info.rank, info.world_size, dump_folder(run_dir), timeout_s).install()
-    ctx = RankContext(info.rank, info.world_size, timeout_s, SCENARIOS[name].culprit,
-                      recorder, run_dir)
-    RANK_CODE[name](ctx, dist, torch)
-    recorder.close("finished")
-    ldist.teardown()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

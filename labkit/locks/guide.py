@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from labkit.errors import LaunchError
@@ -28,16 +27,17 @@ from labkit.locks.base import (
     delete_namespace,
     new_namespace,
 )
+from labkit.runtime.rank_script import rank_script
 
-RANK_SCRIPT = Path(__file__).with_name("guide_rank.py")
+RANK_SCRIPT = rank_script(__name__)
 MARK = "LABKIT_LOCKS"
 LAUNCH_MARGIN_S = 120.0  # rendezvous, Redis and teardown, on top of the measured start-up
 
 
 def launch_limit_s(ranks: int, work_s: float) -> float:
     """A bound on one guide-lock job that holds on a slow machine: the start-up of ``ranks``
-    torch processes as measured here (``labkit.pace``), the job's own work, and a margin."""
-    from labkit.pace import startup_allowance_s
+    torch processes as measured here (``labkit.runtime.pace``), the job's own work, and a margin."""
+    from labkit.runtime.pace import startup_allowance_s
 
     return startup_allowance_s(ranks + 1) + work_s + LAUNCH_MARGIN_S
 
@@ -124,7 +124,7 @@ def guide_lock_overlap(url: str, ranks: int = 2, rounds: int = 5, think_s: float
     """``ranks`` torchrun ranks each take the guide's lock ``rounds`` times and, "holding"
     it, GET a Redis counter, work ``think_s``, SET it + 1. ``timeout_s`` (default: from the
     start-up measured here) bounds the job."""
-    from labkit.launch import launch_local
+    from labkit.runtime.launch import launch_local
 
     check_int("ranks", ranks, 2, 16)
     check_int("rounds", rounds, 1, 1000)
@@ -154,9 +154,9 @@ def guide_lock_skip(url: str, ranks: int = 3, skip_rank: int | None = None,
     """``ranks`` ranks; ``skip_rank`` (default: the last) writes without ``acquire()``, the
     others call it. ``LABKIT_COLLECTIVE_TIMEOUT`` is ``collective_timeout_s``, so they should
     fail after about that long instead of at PyTorch's default (30 min for gloo). Ranks that
-    start far apart still join (``labkit.dist.setup`` joins with its own, long limit).
+    start far apart still join (``labkit.runtime.dist.setup`` joins with its own, long limit).
     ``timeout_s`` (default: from the start-up measured here) bounds the job."""
-    from labkit.launch import launch_local
+    from labkit.runtime.launch import launch_local
 
     check_int("ranks", ranks, 2, 16)
     skip_rank = ranks - 1 if skip_rank is None else skip_rank

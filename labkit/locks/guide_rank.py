@@ -1,6 +1,6 @@
 """The rank side of ``labkit.locks.guide``: the field guide's all_reduce "lock", run as written.
 
-``python -m labkit.worker guide_rank.py MODE NAMESPACE ROUNDS THINK_S SKIP_RANK`` under torchrun
+``python -m labkit.runtime.worker guide_rank.py MODE NAMESPACE ROUNDS THINK_S SKIP_RANK`` under torchrun
 (labkit's launcher). The only change to the guide's class: ``torch.zeros(1)`` stays on the CPU
 (gloo) instead of ``.cuda()``.
 
@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 import labkit
-from labkit.dist import collective_timeout, join_timeout, setup, teardown
 from labkit.locks.guide import max_inside
+from labkit.runtime.dist import collective_timeout, join_timeout, setup, teardown
 
 MARK = "LABKIT_LOCKS"
 
@@ -73,7 +73,7 @@ def overlap(rank: int, world: int, ns: str, rounds: int, think_s: float) -> None
         per_round = [max_inside([tuple(g[r].tolist()) for g in gathered]) for r in range(rounds)]
         everyone = [tuple(s) for g in gathered for s in g.tolist()]
         final = int(client.get(key) or 0)
-        labkit.publish({"ranks": world, "rounds": rounds, "max_inside": max_inside(everyone),
+        labkit.runtime.publish({"ranks": world, "rounds": rounds, "max_inside": max_inside(everyone),
                         "max_inside_per_round": per_round,
                         "rounds_all_inside": sum(n == world for n in per_round),
                         "expected": world * rounds, "final": final,

@@ -1,0 +1,38 @@
+"""The hangs, what each rank runs: ``run_rank.py NAME TIMEOUT_S`` runs scenario NAME (the catalog
+and the rank code are in ``scenarios``) with the flight recorder installed and a collective
+timeout of TIMEOUT_S seconds."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from labkit.hangs.scenarios import RANK_CODE, SCENARIOS, RankContext
+
+
+def main(argv: list[str]) -> None:
+    """Rank entry: ``run_rank.py NAME TIMEOUT_S`` under labkit's launcher."""
+    import torch
+    import torch.distributed as dist
+
+    from labkit.hangs.recorder import Recorder, dump_folder
+    from labkit.runtime import dist as ldist
+    from labkit.runtime.dist import wait_for_peers
+    from labkit.runtime.publish import RUN_DIR_ENV
+
+    name, timeout_s = argv[0], float(argv[1])
+    run_dir = Path(os.environ[RUN_DIR_ENV])
+    wait_for_peers(dump_folder(run_dir) / "ready", int(os.environ["RANK"]),
+                   int(os.environ["WORLD_SIZE"]))
+    info = ldist.setup("gloo", timeout_s=timeout_s)
+    recorder = Recorder(info.rank, info.world_size, dump_folder(run_dir), timeout_s).install()
+    ctx = RankContext(info.rank, info.world_size, timeout_s, SCENARIOS[name].culprit,
+                      recorder, run_dir)
+    RANK_CODE[name](ctx, dist, torch)
+    recorder.close("finished")
+    ldist.teardown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,655 @@
+"""Run a script on N nodes x P ranks with torchrun: simulated nodes here, real hosts there.
+
+On one machine each simulated node is its own ``torchrun`` agent (a separate process), and
+the agents meet through c10d rendezvous on 127.0.0.1: the same protocol real nodes use. With
+c10d the rendezvous assigns node ranks (torchrun's GROUP_RANK) by sorting the agents by address
+and pid; ``--node-rank`` only matters for the static backend, so labkit does not pass it.
+
+For a real cluster, ``labkit.runtime.cluster`` writes the same job as one torchrun command per host
+(run in parallel over ssh) or as a Slurm batch script.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from labkit.errors import LaunchError, ParameterError
+from labkit.runtime.dist import SIMULATED_ENV
+from labkit.runtime.ports import free_port
+from labkit.runtime.proctree import MARK_ENV, children, end_launch
+from labkit.runtime.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
+from labkit.runtime.worker import STDERR_TAILS_ENV, StderrTail
+
+FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
+NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
+LAST_CALL_S = 2  # elastic rendezvous: how long a round waits for more nodes past the minimum
+MORE_SHOWN = 5  # a failed job's error: ranks that failed after the first, one line each
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One rank that failed: it raised (``traceback`` is the Python one), or its process exited
+    non-zero without one or was killed by a signal (``exitcode``, as torchrun reports it,
+    and ``stderr``, the last lines the process wrote there)."""
+
+    rank: int
+    node: int
+    restart: int
+    time: float
+    error: str
+    traceback: str
+    exitcode: int | None = None  # negative: killed by that signal; None: the rank raised
+    stderr: tuple[str, ...] = ()
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that killed the rank process (``"SIGABRT"``), None if it was none."""
+        return signal_name(self.exitcode)
+
+
+def signal_name(exitcode: int | None) -> str | None:
+    """The signal a negative exit code stands for (-6: ``"SIGABRT"``), else None."""
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+SIGNAL_HINTS = {
+    "SIGABRT": "native code aborted: std::terminate (\"terminate called ...\": a C++ exception "
+               "nobody caught, or a thread ended inside C++), a failed assertion or a fatal "
+               "Python error; its message, if it wrote one, is in the lines above.",
+    "SIGSEGV": "a segmentation fault: native code (an extension, a library) touched memory it "
+               "does not own; the Python stack above shows the call that got there.",
+    "SIGKILL": "sent from outside the process: the kernel's out-of-memory killer (see `dmesg`), "
+               "a scheduler, or kill -9.",
+}
+# faulthandler's report names the wrapper's and runpy's frames and every extension module
+_NOISE = re.compile(r'^\s*File "(<frozen runpy>|.*[/\\]labkit[/\\]worker\.py)"'
+                    r"|^Extension modules: ")
+
+
+def describe_exit(exitcode: int) -> str:
+    """How a rank process ended, in words: ``killed by SIGABRT (signal 6)``."""
+    name = signal_name(exitcode)
+    if name is None:
+        return f"exited with code {exitcode} without a Python traceback"
+    return f"killed by {name} (signal {-exitcode})" if name.startswith("SIG") \
+        else f"killed by {name}"
+
+
+def _failure_details(failure: RankFailure) -> str:
+    """The traceback, or for a process that ended without one its last stderr lines."""
+    if failure.traceback:
+        return failure.traceback
+    shown = [f"  {line}" for line in failure.stderr if not _NOISE.search(line)]
+    lines = [f"Last lines rank {failure.rank} wrote to stderr:", *shown] if shown \
+        else [f"Rank {failure.rank} wrote nothing to stderr."]
+    if hint := SIGNAL_HINTS.get(failure.signal or ""):
+        lines.append(f"{failure.signal}: {hint}")
+    return "\n".join(lines)
+
+
+def _one_line(failure: RankFailure, width: int = 160) -> str:
+    error = failure.error.splitlines()[0] if failure.error else ""
+    error = error if len(error) <= width else error[:width - 3] + "..."
+    return f"rank {failure.rank} (node {failure.node}, restart {failure.restart}): {error}"
+
+
+class RankFailedError(LaunchError):
+    """A rank raised or exited non-zero; ``str(err)`` carries that rank's traceback (or, for a
+    process that ended without one, its last stderr lines) and a line for each rank that
+    failed after it (``others``)."""
+
+    def __init__(self, failure: RankFailure, others: Sequence[RankFailure] = ()) -> None:
+        self.failure, self.others = failure, list(others)
+        more = "".join(f"\n  then {_one_line(f)}" for f in self.others[:MORE_SHOWN])
+        if len(self.others) > MORE_SHOWN:
+            more += f"\n  then {len(self.others) - MORE_SHOWN} more rank(s)"
+        super().__init__(
+            f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
+            f"{failure.error}{more}\n\n{_failure_details(failure)}"
+        )
+
+
+class RankSignaledError(RankFailedError):
+    """A rank process was killed by a signal (SIGABRT, SIGSEGV, SIGKILL, ...):
+    ``failure.signal`` names it, ``failure.stderr`` holds its last stderr lines."""
+
+
+class LaunchTimeoutError(LaunchError):
+    """The job ran past its timeout; every process of it was ended."""
+
+
+@dataclass
+class LaunchResult:
+    """What a launch did: exit codes, output lines, failures and rank 0's published object."""
+
+    returncode: int
+    node_returncodes: list[int | None]
+    seconds: float
+    timed_out: bool
+    output: list[str]
+    failures: list[RankFailure]  # every rank that raised, exited non-zero or was killed; by time
+    published: Any
+    commands: list[list[str]]
+    timeout_s: float
+    events: list[FleetEvent] = field(default_factory=list)  # what on_tick did to the nodes
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def check(self) -> LaunchResult:
+        """Raise the error that explains a failed launch (first failing rank first).
+
+        Failures a restart recovered from (``--max-restarts``) stay in ``failures`` but
+        don't raise when the job finished well."""
+        __tracebackhide__ = True  # IPython shows the rank's traceback, not this frame
+        if self.timed_out:
+            raise LaunchTimeoutError(
+                f"job still running after its {self.timeout_s:g} s timeout: every process was "
+                "ended. A rank that hangs in a collective waits for the others; raise the "
+                "timeout only if the job is slow, not stuck.\nLast output:\n"
+                + "\n".join(self.output[-20:])
+            )
+        if self.returncode != 0 and self.failures:
+            first = self.failures[0]
+            error = RankSignaledError if first.signal else RankFailedError
+            raise error(first, self.failures[1:])
+        if self.returncode != 0:
+            raise LaunchError(
+                f"torchrun exited with {self.node_returncodes} and no rank recorded an error.\n"
+                "Last output:\n" + "\n".join(self.output[-20:])
+            )
+        return self
+
+
+@dataclass
+class LaunchConfig:
+    """One job: which script, how many simulated nodes and ranks, and its limits."""
+
+    script: str
+    args: Sequence[str] = ()
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    max_restarts: int = 0
+    timeout_s: float = 300.0
+    env: dict[str, str] = field(default_factory=dict)
+    join_timeout_s: float | None = None  # how long an agent waits for the others to join
+    max_nnodes: int | None = None  # elastic: torchrun --nnodes=nnodes:max_nnodes
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_nnodes is not None and self.max_nnodes != self.nnodes
+
+    @property
+    def nnodes_arg(self) -> str:
+        """torchrun's ``--nnodes``: ``N``, or ``MIN:MAX`` for an elastic job."""
+        return f"{self.nnodes}:{self.max_nnodes}" if self.elastic else str(self.nnodes)
+
+    def validate(self) -> None:
+        if self.nnodes < 1 or self.nproc_per_node < 1:
+            raise LaunchError(
+                f"need at least 1 node and 1 rank per node, got nnodes={self.nnodes}, "
+                f"nproc_per_node={self.nproc_per_node}"
+            )
+        if self.max_nnodes is not None and self.max_nnodes < self.nnodes:
+            raise LaunchError(f"max_nnodes={self.max_nnodes} is below nnodes={self.nnodes}: an "
+                              "elastic job runs on nnodes (the minimum) to max_nnodes nodes")
+        if self.max_restarts < 0:
+            raise LaunchError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.timeout_s <= 0:
+            raise LaunchError(f"timeout must be positive, got {self.timeout_s}")
+        if not Path(self.script).is_file():
+            raise LaunchError(f"script not found: {self.script}")
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` (the ``--env`` options) as a dict."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ParameterError(f"--env wants KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def torchrun_args(
+    nnodes: int | str,
+    nproc_per_node: int,
+    endpoint: str,
+    run_id: str,
+    max_restarts: int = 0,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The torchrun options shared by every node of one job (c10d rendezvous)."""
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        *extra,
+    ]
+
+
+class NodeNetwork(Protocol):
+    """Where simulated nodes live: each node's address, and the command prefix that puts its
+    agent there (``labkit.runtime.netlab`` gives each node a network namespace and a veth link)."""
+
+    def address(self, node: int) -> str: ...
+
+    def command_prefix(self, node: int) -> list[str]: ...
+
+
+class Loopback:
+    """The default: every simulated node on 127.0.0.1 of this host."""
+
+    def address(self, node: int) -> str:
+        return "127.0.0.1"
+
+    def command_prefix(self, node: int) -> list[str]:
+        return []
+
+
+LOOPBACK = Loopback()
+
+
+def local_node_command(
+    cfg: LaunchConfig, node: int, port: int, run_id: str, network: NodeNetwork = LOOPBACK
+) -> list[str]:
+    """The torchrun command of one simulated node; node 0 hosts the rendezvous store."""
+    wait = cfg.join_timeout_s if cfg.join_timeout_s is not None else min(cfg.timeout_s, 600)
+    join_timeout = max(1, math.ceil(wait))
+    # An elastic round closes LAST_CALL_S after its minimum joined (torchrun's default: 30 s).
+    last_call = f",last_call_timeout={LAST_CALL_S}" if cfg.elastic else ""
+    extra = [
+        f"--local-addr={network.address(node)}",
+        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},join_timeout={join_timeout}"
+        f"{last_call}",
+    ]
+    return [
+        *network.command_prefix(node), sys.executable, "-m", "torch.distributed.run",
+        *torchrun_args(cfg.nnodes_arg, cfg.nproc_per_node, f"{network.address(0)}:{port}",
+                       run_id, cfg.max_restarts, extra),
+        "-m", "labkit.runtime.worker", str(cfg.script), *map(str, cfg.args),
+    ]
+
+
+def _pump(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a text stream)
+    for line in stream:
+        line = line.rstrip("\n")
+        lines.put(line if line.startswith("[node") else f"[{label}] {line}")
+    stream.close()
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something a scheduler did to a node during a launch, ``seconds`` after it started."""
+
+    seconds: float
+    node: int
+    action: str  # "start", "terminate" (SIGTERM: a preemption notice), "kill", "kill_rank",
+    # "freeze"
+
+
+class Fleet:
+    """The running agents of one launch, as a scheduler sees them: start a node late (scale
+    up), send it a preemption notice (SIGTERM to its torchrun agent, which forwards it to its
+    ranks and gives them 30 s) or take it away hard (SIGKILL the agent and its ranks).
+
+    ``launch_local(on_tick=f)`` calls ``f(fleet)`` about every 50 ms while the job runs."""
+
+    def __init__(self, commands: list[list[str]], labels: list[str], env: dict[str, str],
+                 lines: queue.Queue) -> None:
+        self._commands, self._labels, self._env, self._lines = commands, labels, env, lines
+        self.procs: list[subprocess.Popen | None] = [None] * len(commands)
+        self.pumps: list[threading.Thread] = []
+        self.events: list[FleetEvent] = []
+        self.departed: set[int] = set()  # nodes terminated, killed or frozen on purpose
+        self.frozen: dict[int, list[int]] = {}  # node: its stopped pids (agent first)
+        self.started_at = time.monotonic()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def _record(self, node: int, action: str) -> None:
+        self.events.append(FleetEvent(round(self.elapsed_s, 3), node, action))
+
+    def start(self, node: int) -> None:
+        """Start node ``node``'s agent (once); in an elastic job it joins the running one."""
+        if self.procs[node] is not None:
+            raise LaunchError(f"node {node} was started already")
+        proc = subprocess.Popen(
+            self._commands[node], env={**self._env, NODE_ENV: str(node)}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
+            start_new_session=True,
+        )
+        self.procs[node] = proc
+        pump = threading.Thread(target=_pump, args=(proc.stdout, self._labels[node], self._lines),
+                                daemon=True)
+        pump.start()
+        self.pumps.append(pump)
+        self._record(node, "start")
+
+    def running(self, node: int) -> bool:
+        proc = self.procs[node]
+        return proc is not None and proc.poll() is None and node not in self.departed
+
+    def terminate(self, node: int) -> None:
+        """A preemption notice: SIGTERM to the node's agent (torchrun passes it to its ranks)."""
+        self._signal(node, signal.SIGTERM, "terminate")
+
+    def kill(self, node: int) -> None:
+        """The node is gone at once: SIGKILL its agent and the agent's ranks (torchrun ranks
+        live in sessions of their own and would outlive a killed agent)."""
+        proc = self.procs[node]
+        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
+        self._signal(node, signal.SIGKILL, "kill")
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def kill_rank(self, node: int, pid: int) -> None:
+        """One rank process dies (an OOM kill, a segfault): SIGKILL ``pid``, a rank of
+        ``node``. Its agent stays and, with restarts left, re-forms the group."""
+        proc = self.procs[node]
+        if proc is None or proc.poll() is not None or pid not in children(proc.pid):
+            raise LaunchError(f"pid {pid} is not a running rank of node {node}")
+        os.kill(pid, signal.SIGKILL)
+        self._record(node, "kill_rank")
+
+    def freeze(self, node: int) -> None:
+        """The node stops answering but its sockets stay open (a hung host, a network that
+        drops packets): SIGSTOP its agent and ranks. Peers learn only from their timeouts."""
+        proc = self.procs[node]
+        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
+        self._signal(node, signal.SIGSTOP, "freeze")
+        self.frozen[node] = [proc.pid, *ranks]
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
+    def unfreeze_all(self) -> None:
+        """SIGKILL what was frozen: a stopped process would sit on a SIGTERM forever."""
+        for pids in self.frozen.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.frozen.clear()
+
+    @property
+    def waiting_for(self) -> list[subprocess.Popen]:
+        """The agents the job still waits for: started, not frozen, not exited."""
+        return [p for node, p in enumerate(self.procs)
+                if p is not None and node not in self.frozen and p.poll() is None]
+
+    def _signal(self, node: int, sig: int, action: str) -> None:
+        proc = self.procs[node]
+        if proc is None or proc.poll() is not None:
+            raise LaunchError(f"node {node} is not running")
+        self.departed.add(node)
+        proc.send_signal(sig)
+        self._record(node, action)
+
+    @property
+    def started(self) -> list[subprocess.Popen]:
+        return [p for p in self.procs if p is not None]
+
+
+def run_agents(
+    commands: list[list[str]],
+    labels: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    echo: Echo | None = print,
+    fail_fast: bool = True,
+    initial: int | None = None,
+    on_tick: Callable[[Fleet], None] | None = None,
+) -> tuple[list[int | None], list[str], bool, Fleet]:
+    """Start the first ``initial`` agent commands (default: all) in parallel, stream their
+    output, call ``on_tick(fleet)`` as the job runs, enforce the timeout.
+
+    Every process they start carries a launch mark in its environment, so whatever happens
+    (success, failure, timeout, an exception here) nothing of the launch outlives this call.
+    Returns (exit codes, None for a node never started; output lines; timed_out; the fleet).
+    """
+    mark = uuid.uuid4().hex
+    lines: queue.Queue[str] = queue.Queue()
+    fleet = Fleet(commands, labels, {**env, MARK_ENV: mark}, lines)
+    output: list[str] = []
+    timed_out = False
+    deadline = time.monotonic() + timeout_s
+    failed_at: float | None = None
+
+    def drain() -> None:
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                return
+            output.append(line)
+            if echo is not None:
+                echo(line)
+
+    try:
+        for node in range(len(commands) if initial is None else initial):
+            fleet.start(node)
+        while fleet.waiting_for:  # polls every agent (a frozen one never ends by itself)
+            drain()
+            if on_tick is not None:
+                on_tick(fleet)
+            now = time.monotonic()
+            if now > deadline:
+                timed_out = True
+                break
+            if fail_fast and any(p.returncode not in (None, 0) for p in fleet.started):
+                failed_at = failed_at or now
+                if now - failed_at > FAIL_FAST_GRACE_S:
+                    break
+            time.sleep(0.05)
+    finally:
+        fleet.unfreeze_all()
+        end_launch(mark, {p.pid for p in fleet.started})
+        for proc in fleet.started:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for pump in fleet.pumps:
+            pump.join(timeout=5)
+        drain()
+    return [None if p is None else p.returncode for p in fleet.procs], output, timed_out, fleet
+
+
+def _read_failures(run_dir: Path) -> list[RankFailure]:
+    failures = []
+    for path in (run_dir / "failures").glob("*.json"):
+        try:
+            failures.append(RankFailure(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue  # a rank killed mid-write leaves half a file: nothing to report from it
+    return failures
+
+
+# torchrun's agent reports every worker process that failed, by pid: a log line as it sees the
+# first one fail, and the ChildFailedError summary (every failed one) when it gives up.
+TORCHRUN_EXIT_REPORTS = (
+    re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"),
+    re.compile(r"exitcode\s*: (-?\d+) \(pid: (\d+)\)"),
+)
+
+
+def torchrun_exits(output: Sequence[str]) -> dict[int, int]:
+    """pid -> exit code of every rank process torchrun's agents reported failed (negative: the
+    signal that killed it), read from the agents' output lines."""
+    exits = {}
+    for line in output:
+        if line.startswith("[node"):
+            continue  # a rank's own output, not its agent's
+        for pattern in TORCHRUN_EXIT_REPORTS:
+            if match := pattern.search(line):
+                exits[int(match[2])] = int(match[1])
+    return exits
+
+
+def exit_failures(exits: dict[int, int], tails: dict[int, StderrTail],
+                  explained: set[tuple[int, int]]) -> list[RankFailure]:
+    """A failure for each rank process torchrun reported (pid -> exit code) that recorded no
+    Python error itself (``explained``: (rank, restart) pairs that did): who it was, when it
+    ended and its last stderr lines come from its stderr tap."""
+    failures = []
+    for pid, code in exits.items():
+        tail = tails.get(pid)
+        if tail is None or (tail.rank, tail.restart) in explained:
+            continue
+        failures.append(RankFailure(tail.rank, tail.node, tail.restart, tail.ended,
+                                    describe_exit(code), "", exitcode=code, stderr=tail.lines))
+    return failures
+
+
+def collect_failures(run_dir: Path, tails_dir: Path, output: Sequence[str]) -> list[RankFailure]:
+    """Every rank that raised (its own record) or whose process torchrun saw fail, by time."""
+    raised = _read_failures(run_dir)
+    ended = exit_failures(torchrun_exits(output), StderrTail.read_all(tails_dir),
+                          {(f.rank, f.restart) for f in raised})
+    return sorted(raised + ended, key=lambda f: f.time)
+
+
+def _restart_env(max_restarts: int) -> dict[str, str]:
+    """With restarts, ranks get a store of their own instead of the agent's shared one: a
+    restarted attempt could read the previous attempt's keys from the shared store and fail to
+    connect or hang (pytorch/pytorch#135712). ``$TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` wins."""
+    if max_restarts < 1:
+        return {}
+    return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE":
+            os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")}
+
+
+def launch_local(
+    script: str | Path,
+    *args: str,
+    nnodes: int = 1,
+    nproc_per_node: int = 1,
+    max_restarts: int = 0,
+    timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+    echo: Echo | None = print,
+    run_dir: str | Path | None = None,
+    check: bool = False,
+    join_timeout_s: float | None = None,
+    nodes_started: int | None = None,
+    network: NodeNetwork | None = None,
+    max_nnodes: int | None = None,
+    on_tick: Callable[[Fleet], None] | None = None,
+) -> LaunchResult:
+    """Run ``script`` on ``nnodes`` simulated nodes x ``nproc_per_node`` ranks on this machine.
+
+    Each node is a separate torchrun agent; ranks print with a ``[nodeN rankR]`` prefix. The
+    whole process tree is ended at ``timeout_s``. With ``check=True`` a failed or timed-out job
+    raises (:class:`RankFailedError` carries the failing rank's traceback; its subclass
+    :class:`RankSignaledError`, for a rank killed by a signal, names the signal and holds the
+    rank's last stderr lines).
+    ``nodes_started=k`` starts only the first k agents of the job: what a node that never
+    shows up does to the others (they wait ``join_timeout_s`` for it, then fail).
+    ``network`` places the nodes (default: all on 127.0.0.1; see ``labkit.runtime.netlab``).
+
+    Elastic: with ``max_nnodes`` above ``nnodes`` the job runs on ``nnodes`` to ``max_nnodes``
+    agents (torchrun ``--nnodes=MIN:MAX``); ``nodes_started`` agents start at once and
+    ``on_tick(fleet)`` (a :class:`Fleet`) starts, preempts or kills nodes while it runs. Nodes
+    leaving is then normal: no fail-fast, and the job succeeded when every node that was not
+    taken away on purpose exited 0. torchrun restarts the ranks at each membership change (a
+    node joining does not use up ``max_restarts``; a node leaving does).
+    """
+    cfg = LaunchConfig(str(script), args, nnodes, nproc_per_node, max_restarts, timeout_s,
+                       dict(env or {}), join_timeout_s, max_nnodes)
+    cfg.validate()
+    all_nodes = max_nnodes or nnodes
+    started_nodes = nnodes if nodes_started is None else nodes_started
+    if not 1 <= started_nodes <= all_nodes:
+        bound = f"max_nnodes={max_nnodes}" if cfg.elastic else f"nnodes={nnodes}"
+        raise LaunchError(f"nodes_started must be between 1 and {bound}")
+    own_dir = run_dir is None
+    folder = Path(tempfile.mkdtemp(prefix="labkit-launch-") if own_dir else run_dir)
+    folder.mkdir(parents=True, exist_ok=True)  # ranks write published.json and failures/ here
+    (folder / PUBLISHED_FILE).unlink(missing_ok=True)  # a reused folder: no stale results
+    shutil.rmtree(folder / "failures", ignore_errors=True)
+    scratch = folder / "tmp"
+    scratch.mkdir(exist_ok=True)
+    try:
+        port, run_id = free_port(), uuid.uuid4().hex[:12]
+        network = network or LOOPBACK
+        commands = [local_node_command(cfg, node, port, run_id, network)
+                    for node in range(all_nodes)]
+        agent_env = {
+            **os.environ,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "PYTHONUNBUFFERED": "1",
+            SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.runtime.dist)
+            **_restart_env(cfg.max_restarts),
+            **cfg.env,
+            RUN_DIR_ENV: str(folder),
+            "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
+            STDERR_TAILS_ENV: str(scratch / "stderr-tails"),  # labkit.runtime.worker's stderr taps
+        }
+        started = time.monotonic()
+        codes, output, timed_out, fleet = run_agents(
+            commands, [f"torchrun{i}" for i in range(all_nodes)], agent_env, timeout_s, echo,
+            fail_fast=not cfg.elastic, initial=started_nodes, on_tick=on_tick,
+        )
+        stayed = [c for node, c in enumerate(codes) if c is not None and node not in fleet.departed]
+        result = LaunchResult(
+            returncode=0 if stayed and all(c == 0 for c in stayed) else 1,
+            node_returncodes=codes[:started_nodes] if on_tick is None else codes,
+            seconds=time.monotonic() - started,
+            timed_out=timed_out,
+            output=output,
+            failures=collect_failures(folder, scratch / "stderr-tails", output),
+            published=read_published(folder),
+            commands=commands[:started_nodes] if on_tick is None else commands,
+            timeout_s=timeout_s,
+            events=fleet.events,
+        )
+    finally:
+        shutil.rmtree(folder if own_dir else scratch, ignore_errors=True)
+    return result.check() if check else result
+
+
+def launch_code(code: str, **options: Any) -> LaunchResult:
+    """Run a piece of Python source on every rank (written to a temp script); options as for
+    :func:`launch_local`. This is what ``%%torchrun`` does with a cell."""
+    with tempfile.TemporaryDirectory(prefix="labkit-code-") as run_dir:
+        script = Path(run_dir) / "cell.py"
+        script.write_text(code)
+        return launch_local(script, run_dir=run_dir, **options)

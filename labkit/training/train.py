@@ -1,0 +1,288 @@
+"""Train CartPole agents on N ranks, synchronously (DDP) or asynchronously (actors + learner).
+
+    labkit train --mode sync --agents 4 --steps 100000 --json
+    labkit train --mode async --agents 4 --steps 100000 --staleness vtrace --json
+    labkit train --mode sync --agents 4 --straggler-rank 3 --straggler-factor 4 --json
+
+``sync``: every agent is a rank that steps its environments, computes gradients on its own
+rollout, and DDP averages them (the guide's MPI style: everyone waits for the slowest).
+``async``: ``agents`` actor ranks push rollouts into a Redis experience buffer and fetch the
+newest policy weights from Redis; one more rank, the learner (rank 0), trains on whatever has
+arrived and publishes each new version. The world is ``agents`` ranks in sync mode and
+``agents + 1`` in async mode. Same seed, same world size: the same sync run, bit for bit, on
+CPU; an async run depends on timing and is not repeatable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import LaunchError, ParameterError
+from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
+from labkit.rl.staleness import METHODS, StalenessConfig
+from labkit.runtime.rank_script import rank_script
+
+MODES = ("sync", "async")
+BUFFERS = ("list", "stream")
+RANK_SCRIPT = rank_script(__name__)
+REDIS_ENV = "LABKIT_TRAIN_REDIS_URL"  # how ranks find the server (env, not argv: it has a password)
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """Learning settings shared by both modes (defaults solve CartPole on a laptop CPU)."""
+
+    envs_per_agent: int = 8  # CartPole environments each agent steps together
+    rollout_len: int = 32  # steps per environment in one rollout
+    hidden: int = 64  # width of the policy and value MLPs
+    lr: float = 2.5e-3  # Adam learning rate
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE lambda, also the trace discount of V-trace
+    entropy_coef: float = 0.01  # entropy bonus: keeps exploring
+    value_coef: float = 0.5  # weight of the critic's loss
+    max_grad_norm: float = 0.5  # clip_grad_norm_ after backward, before the step
+    normalize_advantages: bool = False  # scale advantages to mean 0, std 1 per batch (unstable with stale data)
+
+
+@dataclass
+class TrainConfig:
+    """One training run. ``steps`` is the budget of environment steps over all agents."""
+
+    mode: str = "sync"
+    agents: int = 2  # agents that step environments (async adds one learner rank)
+    steps: int = 50_000  # env steps, all agents together
+    seed: int = 0
+    straggler_rank: int | None = None  # which agent (0-based) is slow
+    straggler_factor: float = 1.0  # how many times slower that agent steps
+    staleness: StalenessConfig = field(default_factory=StalenessConfig)
+    hyper: Hyper = field(default_factory=Hyper)
+    buffer: str = "stream"  # async: the experience buffer kind
+    max_inflight: int = 2  # async: rollouts an actor may be ahead of the learner
+    learner_batch: int = 0  # async: rollouts per update; 0 = one per agent, as in sync
+    learner_timeout_s: float = 10.0  # async: actors stop when the learner is silent this long
+    stop_when_solved: bool = False
+    nnodes: int = 1  # simulated nodes the ranks are spread over
+    timeout_s: float = 900.0  # the whole launch
+    ckpt_dir: str = ""  # sync: where checkpoints go (and a restarted job resumes from)
+    checkpoint_every_updates: int | None = None  # sync: checkpoint after every N-th update
+    checkpoint_every_s: float | None = None  # sync: ... or every S seconds; neither: resume only
+    keep_checkpoints: int = 3  # sync: how many complete checkpoints to keep
+    max_restarts: int = 0  # torchrun restarts after a rank or node dies
+    faults: str = ""  # injected faults, labkit.reliability.faults syntax: "kill:rank=1,step=30"
+
+    @property
+    def world_size(self) -> int:
+        return self.agents + (1 if self.mode == "async" else 0)
+
+    def validate(self) -> None:
+        """Raises ParameterError for a run that cannot work, before anything starts."""
+        if self.mode not in MODES:
+            raise ParameterError(f"mode must be sync or async, got {self.mode!r}")
+        if self.agents < 1:
+            raise ParameterError(f"need at least one agent, got --agents {self.agents}")
+        if self.mode == "sync" and self.staleness.method != "none":
+            raise ParameterError(
+                "--staleness only applies to --mode async: synchronous agents always train on "
+                "fresh experience (lag 0)")
+        if self.mode == "async" and self.world_size < 2:
+            raise ParameterError("async mode needs a learner and at least one actor")
+        if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.agents:
+            raise ParameterError(
+                f"--straggler-rank {self.straggler_rank} is outside the agents 0..{self.agents - 1}")
+        if self.straggler_factor < 1:
+            raise ParameterError(f"--straggler-factor must be >= 1, got {self.straggler_factor}")
+        if self.steps < self.rollout_steps:
+            raise ParameterError(
+                f"--steps {self.steps} is less than one rollout of every agent "
+                f"({self.rollout_steps} steps)")
+        if self.buffer not in BUFFERS:
+            raise ParameterError(f"--buffer must be one of {', '.join(BUFFERS)}")
+        if self.max_inflight < 1 or self.learner_batch < 0:
+            raise ParameterError("need max_inflight >= 1 and learner_batch >= 0")
+        if self.learner_timeout_s <= 0 or self.timeout_s <= 0:
+            raise ParameterError("timeouts must be positive")
+        if self.keep_checkpoints < 1 or self.max_restarts < 0:
+            raise ParameterError("need keep_checkpoints >= 1 and max_restarts >= 0")
+        cadence = cadence_of(self)
+        cadence.validate()
+        if cadence.periodic and not self.ckpt_dir:
+            raise ParameterError(f"checkpoints {cadence.describe()} need --ckpt-dir "
+                                 "(where checkpoints go)")
+        if self.ckpt_dir and self.mode != "sync":
+            raise ParameterError("checkpoints and resume are implemented for --mode sync only")
+        from labkit.reliability.faults import parse_faults
+
+        parse_faults(self.faults)  # a typo fails here, not in the middle of the job
+        if not 1 <= self.nnodes <= self.world_size:
+            raise ParameterError(f"nnodes must be between 1 and the world size {self.world_size}")
+        if self.world_size % self.nnodes:
+            raise ParameterError(
+                f"{self.world_size} ranks do not split evenly over {self.nnodes} nodes")
+        h = self.hyper
+        if h.envs_per_agent < 1 or h.rollout_len < 2 or h.hidden < 1 or h.lr <= 0:
+            raise ParameterError("need envs_per_agent >= 1, rollout_len >= 2, hidden >= 1, lr > 0")
+        self.staleness.validate()
+
+    @property
+    def batch_rollouts(self) -> int:
+        """Rollouts per learner update (sync: always one per agent)."""
+        return self.learner_batch or self.agents
+
+    @property
+    def rollout_steps(self) -> int:
+        """Env steps in one rollout of every agent."""
+        return self.agents * self.hyper.envs_per_agent * self.hyper.rollout_len
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        raw = json.loads(text)
+        raw["staleness"] = StalenessConfig(**raw["staleness"])
+        raw["hyper"] = Hyper(**raw["hyper"])
+        return cls(**raw)
+
+
+def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = None
+          ) -> dict[str, Any]:
+    """Runs ``cfg`` as a real torchrun job and returns rank 0's result (a JSON-able dict).
+
+    Async mode talks through Redis: ``$REDIS_URL`` when set, else a redis-server started for
+    this run and stopped after it."""
+    from labkit.runtime.launch import launch_local
+
+    cfg.validate()
+    env: dict[str, str] = {}
+    server = None
+    try:
+        if cfg.mode == "async":
+            import os
+
+            from labkit.services.servers import REDIS_URL_ENV, RedisServer
+
+            url = os.environ.get(REDIS_URL_ENV)
+            if not url:
+                server = RedisServer().start()
+                url = server.url
+            env[REDIS_ENV] = url
+        result = launch_local(
+            RANK_SCRIPT, cfg.to_json(), nnodes=cfg.nnodes,
+            nproc_per_node=cfg.world_size // cfg.nnodes, timeout_s=cfg.timeout_s, env=env,
+            echo=echo, run_dir=run_dir, check=True, max_restarts=cfg.max_restarts,
+        )
+    finally:
+        if server is not None:
+            server.stop()
+    if not isinstance(result.published, dict):
+        raise LaunchError("the training ranks published no result; last output:\n"
+                          + "\n".join(result.output[-20:]))
+    published = result.published
+    if note := recovery_note(cfg, published):
+        published["recovery_note"] = note
+    return published
+
+
+def recovery_note(cfg: TrainConfig, result: dict[str, Any]) -> str | None:
+    """Why a restarted run began at update 0 although it was asked to checkpoint, or None."""
+    cadence = cadence_of(cfg)
+    if not result.get("restarts") or result.get("resumed_from_step") is not None:
+        return None
+    if not cadence.periodic:
+        return ("restarted from update 0: no checkpoint cadence was set "
+                "(--checkpoint-every-updates N with --ckpt-dir)")
+    reached = result.get("lost_steps", 0) // max(1, cfg.rollout_steps)
+    if cadence.updates is not None:
+        return (f"restarted from update 0: the first checkpoint comes after update "
+                f"{cadence.updates}, and the failure came after {reached}")
+    pace = result["seconds"] / max(1, result["updates"])
+    return (f"restarted from update 0: the failure came after {reached} updates, before "
+            f"{cadence.seconds:g} s had passed ({1000 * pace:.0f} ms per update here), so the "
+            f"cadence in seconds had written nothing; --checkpoint-every-updates N checkpoints "
+            f"after fixed updates on any machine")
+
+
+SUMMARY_KEYS = ("mode", "agents", "world_size", "env_steps", "seconds", "env_steps_per_s",
+                "updates", "updates_per_s", "final_mean_return", "eval_return",
+                "time_to_solved_s", "steps_to_solved", "mean_lag", "restarts",
+                "resumed_from_step", "lost_steps", "params_sha256")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``labkit train``."""
+    parser.add_argument("--mode", choices=MODES, default="sync")
+    parser.add_argument("--agents", type=int, default=2, help="agents stepping environments")
+    parser.add_argument("--steps", type=int, default=50_000, help="env steps, all agents")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--straggler-rank", type=int, default=None, help="the slow agent")
+    parser.add_argument("--straggler-factor", type=float, default=1.0, help="how many x slower")
+    parser.add_argument("--staleness", choices=METHODS, default="none",
+                        help="async: what to do with old experience")
+    parser.add_argument("--exp-lambda", type=float, default=0.01, help="exp: penalty rate")
+    parser.add_argument("--max-lag", type=int, default=4, help="drop: oldest lag kept")
+    parser.add_argument("--rho-bar", type=float, default=1.0, help="vtrace: rho clip")
+    parser.add_argument("--c-bar", type=float, default=1.0, help="vtrace: c clip")
+    parser.add_argument("--buffer", choices=BUFFERS, default="stream", help="async buffer")
+    parser.add_argument("--nnodes", type=int, default=1, help="simulated nodes")
+    parser.add_argument("--stop-when-solved", action="store_true")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the launch")
+    parser.add_argument("--ckpt-dir", default="", help="sync: checkpoint folder (resumes from it)")
+    add_cadence_arguments(parser)
+    parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
+    parser.add_argument("--kill-rank", type=int, default=None, help="SIGKILL this rank once...")
+    parser.add_argument("--kill-at-step", type=int, default=None, help="...at this update")
+    parser.add_argument("--faults", default="", help="labkit.reliability.faults plans, e.g. kill:rank=1,step=30")
+    for f in fields(Hyper):
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"(default {f.default})")
+        else:
+            parser.add_argument(flag, type=type(f.default), default=None,
+                                help=f"(default {f.default})")
+    parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    hyper = Hyper(**{f.name: getattr(args, f.name) for f in fields(Hyper)
+                     if getattr(args, f.name) is not None})
+    staleness = StalenessConfig(args.staleness, args.exp_lambda, args.max_lag, args.rho_bar,
+                                args.c_bar)
+    faults = [args.faults] if args.faults else []
+    if (args.kill_rank is None) != (args.kill_at_step is None):
+        raise ParameterError("--kill-rank and --kill-at-step go together")
+    if args.kill_rank is not None:
+        faults.append(f"kill:rank={args.kill_rank},step={args.kill_at_step}")
+    return TrainConfig(args.mode, args.agents, args.steps, args.seed, args.straggler_rank,
+                       args.straggler_factor, staleness, hyper, args.buffer,
+                       stop_when_solved=args.stop_when_solved, nnodes=args.nnodes,
+                       timeout_s=args.timeout, ckpt_dir=args.ckpt_dir,
+                       **cadence_fields(args),
+                       keep_checkpoints=args.keep_checkpoints, max_restarts=args.max_restarts,
+                       faults=";".join(faults))
+
+
+def run(args: argparse.Namespace) -> int:
+    """``labkit train``."""
+    result = train(config_from_args(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key in SUMMARY_KEYS:
+            print(f"{key:>18}: {result.get(key)}")
+        if "recovery_note" in result:
+            print(f"\nnote: {result['recovery_note']}")
+    return 0
+
+
+def sync_iterations(cfg: TrainConfig) -> int:
+    return math.ceil(cfg.steps / cfg.rollout_steps)
+
+
+__all__ = ["MODES", "Hyper", "TrainConfig", "add_arguments", "config_from_args", "run", "train"]
