@@ -31,7 +31,7 @@ from labkit.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "14_scaling_and_cost.ipynb"
-SLIDER = "GPUs"  # the IntSlider of labkit.cost.model.widgets_for; a step moves the marked GPU count
+SLIDER = "GPUs"  # the IntSlider of labkit.cost.widgets.widgets_for; a step moves the marked GPU count
 TAG = "LABKIT_BROWSER_TEST"  # in the environment of everything this test starts, to find leftovers
 CHROMIUM_ARGS = [
     "--headless",

@@ -1,4 +1,4 @@
-"""labkit.cost.model: the guide's cost table, the alpha-beta scaling model, break-even arithmetic,
+"""labkit.cost: the guide's cost table, the alpha-beta scaling model, break-even arithmetic,
 plots and widgets. All fast: no processes, no network."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 
 matplotlib.use("Agg")
 
+from labkit import cost  # noqa: E402
 from labkit.collectives.alphabeta import AlphaBeta  # noqa: E402
-from labkit.cost import model as cost  # noqa: E402
-from labkit.course.results import RESULTS_ENV, save_result  # noqa: E402
+from labkit.course.results import RESULTS_ENV, as_dict, save_result  # noqa: E402
 from labkit.errors import ParameterError  # noqa: E402
 
 GUIDE = (Path(__file__).resolve().parents[2] / "shared" / "seed"
@@ -266,7 +266,7 @@ def test_the_guides_break_even_is_reproduced_from_the_documented_inputs():
     assert be.sensitivity["utilisation"] == pytest.approx((28.0, 7.0))
     assert be.sensitivity["capex_usd"] == pytest.approx((7.0, 28.0))
     assert be.sensitivity["monthly_opex_usd"] == pytest.approx((14 / 0.75, 28.0))
-    json.dumps(cost.as_dict(be), allow_nan=False)
+    json.dumps(as_dict(be), allow_nan=False)
     half = dataclasses.replace(a, utilisation=0.5)
     assert half.break_even_months() < 2  # at the guide's prices a half-busy cluster pays in weeks
 

@@ -8,7 +8,9 @@ runner), so a batch run's results travel with its executed notebooks. In Jupyter
 from __future__ import annotations
 
 import json
+import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +43,18 @@ def load_result(name: str) -> Any | None:
     """What ``save_result(name, ...)`` stored in this run's folder, or None."""
     path = results_dir() / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A result dataclass as strict JSON-able data (for ``save_result``): inf becomes None."""
+    return _jsonable(asdict(obj))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
