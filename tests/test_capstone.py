@@ -25,7 +25,7 @@ from labkit.capstone.run import (
 )
 from labkit.errors import ParameterError
 from labkit.locks import FencedLock, FencedStore, StaleTokenError
-from labkit.observability.observe import PrometheusServer
+from labkit.observability import PrometheusServer
 from labkit.services.servers import RedisServer
 
 SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every_updates=5)

@@ -15,7 +15,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.errors import LabkitError, ServiceError
-from labkit.observability.observe import (
+from labkit.observability import (
     MIN_EVALUATIONS,
     RULES_FILE,
     ObservedJob,

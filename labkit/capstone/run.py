@@ -213,9 +213,10 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
     PNG in ``out_dir`` when given). Redis is ``$REDIS_URL`` or a server started for the run;
     Prometheus is the real binary when installed (else the report says so and uses the
     learner's log alone). Nothing the run started outlives it."""
-    from labkit.observability.observe import HOST, PrometheusServer, ScrapeTarget
+    from labkit.observability.rules import RULES_FILE
     from labkit.runtime.launch import launch_local
-    from labkit.services.servers import REDIS_URL_ENV, RedisServer
+    from labkit.services.prometheus import PrometheusServer, ScrapeTarget
+    from labkit.services.servers import HOST, REDIS_URL_ENV, RedisServer
     from labkit.training.train import REDIS_ENV
 
     cfg = CapstoneConfig.from_json((cfg or CapstoneConfig()).to_json())  # ours to set workdir
@@ -244,7 +245,7 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
             prom = PrometheusServer(targets=[
                 ScrapeTarget(f"{HOST}:{port}", {"rank": str(slot), "node": str(slot // rpn),
                                                 "role": "learner" if slot == 0 else "actor"})
-                for slot, port in enumerate(ports)]).start()
+                for slot, port in enumerate(ports)], rule_files=[RULES_FILE]).start()
         started = time.time()
         result = launch_local(
             RANK_SCRIPT, cfg.to_json(), nnodes=cfg.min_nodes,

@@ -38,7 +38,7 @@ from labkit.buffers.redis_stream import StreamBuffer
 from labkit.capstone.run import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, redis_keys
 from labkit.errors import LabkitError
 from labkit.locks.fencing import FencedLock, FencedStore
-from labkit.observability.observe import RankMetrics
+from labkit.observability.exporter import RankMetrics
 from labkit.reliability.cadence import cadence_of
 from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint
 from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, evaluate, seed_everything

@@ -1,35 +1,23 @@
-"""Observability for a distributed job: every rank exports Prometheus metrics, a real
-Prometheus scrapes them and fires an alert when one link between two ranks gets slow.
+"""Lesson 13's experiment: a job whose every rank exports metrics, a real Prometheus that scrapes
+them, and an alert that fires when one link between two ranks gets slow.
 
 The guide's team ran "Prometheus + Grafana with a custom NCCL metrics exporter" that "alerts
-when communication latencies exceed 500us". This module is that setup at lab size:
-
-- :class:`RankMetrics`: one rank's metrics in its own ``CollectorRegistry``, served over HTTP
-  on loopback by ``prometheus_client``: collective latency (histogram by op and size), the
-  pair latency matrix ``labkit_pair_latency_seconds{src,dst}`` from send/recv ping-pong, and
-  what later lessons feed (buffer depth and items, policy lag, restarts, lock waits,
-  checkpoint durations).
-- :func:`alert_rules` / ``labkit/alerts/labkit.rules.yml``: ``PairLatencyHigh`` and
-  ``RankDown`` in Prometheus 2.x rule format (``promtool check rules`` accepts them).
-- :class:`PrometheusServer`: the real ``prometheus`` binary on 127.0.0.1 (free port, temp dir,
-  generated config), with ``query``, ``alerts`` and ``targets`` over its HTTP API.
-- :func:`observe_job`: launches gloo ranks (``labkit/observability/observe_rank.py``) that run collectives
-  and ping-pong, optionally with one rank delaying every send (a slowed link), scrapes them
-  and reports the matrix, collective summaries, alerts and target health. Its watch starts
-  when every rank has been scraped with a finished sweep and lasts at least ``for:`` plus a
-  few rule evaluations, so "the rule never fired" is a result, not a window that was too short.
-- :func:`plan_slow_link`: the slow-link run's threshold and injected delay, derived from the
-  healthy latencies measured in the same run, so the lesson holds on a faster or slower machine.
+when communication latencies exceed 500us". :func:`observe_job` is that setup at lab size: it
+launches gloo ranks (``observe_rank.py``) that run collectives and ping-pong, optionally with one
+rank delaying every send (a slowed link), scrapes them and reports the matrix, collective
+summaries, alerts and target health. Its watch starts when every rank has been scraped with a
+finished sweep and lasts at least ``for:`` plus a few rule evaluations, so "the rule never fired"
+is a result, not a window that was too short. :func:`plan_slow_link` derives the slow-link run's
+threshold and injected delay from the healthy latencies measured in the same run, so the lesson
+holds on a faster or slower machine.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -37,490 +25,49 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from labkit.errors import LabkitError, LaunchError, ServiceError
+from labkit.observability.readback import (
+    CollectiveSummary,
+    Sample,
+    collective_summaries,
+    pair_matrix,
+    samples_from_query,
+    samples_from_text,
+    scrape,
+)
+from labkit.observability.rules import ALERT_FOR_S, PAIR_LATENCY_THRESHOLD_S, alert_rules
 from labkit.runtime.pace import startup_allowance_s
-from labkit.runtime.ports import PORT_RANGE_ENV, free_port
 from labkit.runtime.rank_script import rank_script
-from labkit.services.servers import HOST, ManagedServer
+from labkit.services.prometheus import PrometheusServer, ScrapeTarget
+from labkit.services.servers import HOST
 
 RANK_SCRIPT = rank_script(__name__)
-RULES_FILE = Path(__file__).parent / "alerts" / "labkit.rules.yml"
-"""The shipped rules: :func:`alert_rules` with its defaults (a test keeps them equal)."""
+
 PORTS_FILE = "metrics_ports.json"  # rank 0 writes every rank's exporter port here
+
 STOP_FILE = "stop"  # the parent creates it in the run dir: the ranks finish their loop
-JOB_NAME = "labkit"  # the scrape job; RankDown watches up{job="labkit"}
 
-PAIR_LATENCY_THRESHOLD_S = 0.0005
-"""The guide's alert threshold: communication latency above 500 us."""
-ALERT_FOR_S = 5.0
-"""How long a condition must hold before the alert fires: short for the lab (production: minutes)."""
-PROMETHEUS_FIX = ("install it with `apt-get install prometheus` (Debian/Ubuntu; ships prometheus "
-                  "and promtool) or put a Prometheus 2.x release's binary on PATH")
-
-# Histogram buckets (seconds): loopback collectives are tens of microseconds, cross-node ones
-# milliseconds; lock waits and checkpoints are slower.
-LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,
-                   0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-LOCK_BUCKETS = (1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_SERVE_ATTEMPTS = 8  # a port from free_port may be taken before we bind it: retry
 MIN_EVALUATIONS = 5
+
+
 """A watch with rules lasts at least ``for:`` plus this many rule evaluations after every rank
 was scraped: enough chances for a condition to fire, so "never fired" means something."""
+
+
 PICKUP_TIMEOUT_S = 300.0
+
+
 """Bounds the wait for every rank to be scraped with a finished sweep (a hang bound: Prometheus
 picks up new targets on a 5 s tick, and a sweep takes well under a second on an idle machine)."""
+
+
 STARTUP_FLOOR_S = 90.0  # the ranks' start-up bound is never below this (see observe_job)
+
 _POLL_S = 0.25  # how often the watch reads the alerts and the targets
-
-
-# --------------------------------------------------------------------------------------------
-# The exporter
-
-
-class RankMetrics:
-    """One rank's metrics: its own registry (nothing global), served with ``serve()``.
-
-    Prometheus adds the rank as a target label when it scrapes, so the series here carry only
-    what distinguishes them within a rank (op, size, src/dst, ...).
-    """
-
-    def __init__(self, rank: int, world: int, registry: Any = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-
-        self.rank, self.world = rank, world
-        self.registry = registry if registry is not None else CollectorRegistry()
-        reg = self.registry
-        self.info = Info("labkit_rank", "Who this process is in the job", registry=reg)
-        self.info.info({"world": str(world), "pid": str(os.getpid())})
-        self.collective_latency = Histogram(
-            "labkit_collective_latency_seconds", "Seconds one collective call took on this rank",
-            ["op", "size_bytes"], buckets=LATENCY_BUCKETS, registry=reg)
-        self.pair_latency = Gauge(
-            "labkit_pair_latency_seconds",
-            "One-way latency src->dst: median of ping-pong round trips / 2, measured by src",
-            ["src", "dst"], registry=reg)
-        self.pingpong_sweeps = Counter(
-            "labkit_pingpong_sweeps", "Ping-pong sweeps over every pair this rank took part in",
-            registry=reg)
-        self.buffer_depth = Gauge("labkit_buffer_depth", "Items waiting in a buffer",
-                                  ["buffer"], registry=reg)
-        self.buffer_items = Counter(
-            "labkit_buffer_items", "Items that went through a buffer (throughput: rate())",
-            ["buffer"], registry=reg)
-        self.policy_lag = Gauge("labkit_policy_lag_steps",
-                                "How many learner versions behind the acting policy is",
-                                registry=reg)
-        self.restarts = Gauge("labkit_restart_count",
-                              "Times this rank's process was restarted",
-                              registry=reg)
-        self.lock_wait = Histogram("labkit_lock_wait_seconds", "Seconds spent waiting for a lock",
-                                   ["lock"], buckets=LOCK_BUCKETS, registry=reg)
-        self.checkpoint = Histogram("labkit_checkpoint_seconds",
-                                    "Seconds a checkpoint save or load took",
-                                    ["kind"], buckets=CHECKPOINT_BUCKETS, registry=reg)
-        self.env_steps = Counter("labkit_env_steps", "Environment steps this rank took or "
-                                 "trained on (throughput: rate())", registry=reg)
-        self.updates = Counter("labkit_learner_updates", "Policy updates this rank made",
-                               registry=reg)
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self.port: int | None = None
-
-    # What the lessons call.
-    def observe_collective(self, op: str, size_bytes: int, seconds: float) -> None:
-        self.collective_latency.labels(op=op, size_bytes=str(size_bytes)).observe(seconds)
-
-    def set_pair_latency(self, src: int, dst: int, seconds: float) -> None:
-        self.pair_latency.labels(src=str(src), dst=str(dst)).set(seconds)
-
-    def observe_buffer(self, depth: int, items: int = 0, buffer: str = "experience") -> None:
-        """Current depth, plus ``items`` that went through since the last call."""
-        self.buffer_depth.labels(buffer=buffer).set(depth)
-        if items:
-            self.buffer_items.labels(buffer=buffer).inc(items)
-
-    def set_policy_lag(self, steps: float) -> None:
-        self.policy_lag.set(steps)
-
-    def set_restarts(self, count: int) -> None:
-        self.restarts.set(count)
-
-    def observe_lock_wait(self, seconds: float, lock: str = "default") -> None:
-        self.lock_wait.labels(lock=lock).observe(seconds)
-
-    def observe_checkpoint(self, seconds: float, kind: str = "save") -> None:
-        self.checkpoint.labels(kind=kind).observe(seconds)
-
-    def add_env_steps(self, steps: int) -> None:
-        self.env_steps.inc(steps)
-
-    def add_update(self) -> None:
-        self.updates.inc()
-
-    # Serving.
-    def text(self) -> str:
-        """The exposition text a scrape gets (``prometheus_client.generate_latest``)."""
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry).decode()
-
-    def serve(self, port: int = 0) -> int:
-        """Serve ``/metrics`` on 127.0.0.1 and return the bound port. ``port=0``: a free one
-        (the kernel's choice, or ``labkit.runtime.ports.free_port`` inside ``$LABKIT_PORT_RANGE``)."""
-        from prometheus_client import start_http_server
-
-        if self._server is not None:
-            return int(self.port or 0)
-        attempts = _SERVE_ATTEMPTS if port == 0 and os.environ.get(PORT_RANGE_ENV) else 1
-        for attempt in range(attempts):
-            chosen = free_port(HOST) if attempts > 1 else port
-            try:
-                self._server, self._thread = start_http_server(chosen, addr=HOST,
-                                                               registry=self.registry)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE or attempt == attempts - 1:
-                    raise ServiceError(f"rank {self.rank}: cannot serve metrics on "
-                                       f"{HOST}:{chosen}: {exc}") from exc
-        self.port = int(self._server.server_port)
-        return self.port
-
-    @property
-    def url(self) -> str:
-        if self.port is None:
-            raise ServiceError("metrics are not served yet: call serve()")
-        return f"http://{HOST}:{self.port}/metrics"
-
-    def close(self) -> None:
-        """Stop serving (safe to call twice)."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-
-# --------------------------------------------------------------------------------------------
-# Alert rules
-
-_RULES_TEMPLATE = """\
-# labkit's alert rules, Prometheus 2.x rule format (`promtool check rules` accepts them).
-# Written by labkit.observability.observe.alert_rules(); this file is its output with the defaults.
-# The `for:` windows are seconds so the lab sees an alert fire while the job runs; in
-# production use minutes (for: 5m) so that one slow sample does not page anyone.
-groups:
-  - name: labkit
-    rules:
-      # The guide: "alerts when communication latencies exceed 500us" per GPU pair.
-      # labkit_pair_latency_seconds{src,dst} is the one-way ping-pong latency src -> dst.
-      - alert: PairLatencyHigh
-        expr: labkit_pair_latency_seconds > @THRESHOLD@
-        for: @FOR@
-        labels:
-          severity: warning
-        annotations:
-          summary: "Slow link: rank {{ $labels.src }} -> rank {{ $labels.dst }}"
-          description: "One-way latency from rank {{ $labels.src }} to rank {{ $labels.dst }} is {{ $value | humanizeDuration }}, above @HUMAN@ for @FOR@."
-      # A rank whose exporter stops answering: crashed, hung or cut off.
-      - alert: RankDown
-        expr: up{job="@JOB@"} == 0
-        for: @FOR@
-        labels:
-          severity: critical
-        annotations:
-          summary: "Rank {{ $labels.rank }} ({{ $labels.instance }}) does not answer scrapes"
-          description: "Prometheus could not scrape {{ $labels.instance }} for @FOR@."
-"""
-
-
-def _duration(seconds: float) -> str:
-    """A Prometheus duration: whole milliseconds ("5s", "1500ms")."""
-    ms = round(seconds * 1000)
-    if ms <= 0:
-        raise LabkitError(f"a Prometheus duration must be positive, got {seconds} s")
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
-def alert_rules(threshold_s: float = PAIR_LATENCY_THRESHOLD_S,
-                for_s: float = ALERT_FOR_S) -> str:
-    """The rules file text: ``PairLatencyHigh`` above ``threshold_s`` and ``RankDown``, each
-    after ``for_s``. A parameter because the right threshold depends on the fabric."""
-    if threshold_s <= 0:
-        raise LabkitError(f"threshold must be positive, got {threshold_s} s")
-    human = f"{threshold_s * 1e6:g}us" if threshold_s < 1e-3 else f"{threshold_s * 1e3:g}ms"
-    return (_RULES_TEMPLATE.replace("@THRESHOLD@", f"{threshold_s:g}")
-            .replace("@FOR@", _duration(for_s)).replace("@HUMAN@", human)
-            .replace("@JOB@", JOB_NAME))
-
-
-def check_rules(path: str | os.PathLike[str] = RULES_FILE) -> str:
-    """Run ``promtool check rules PATH``; its output, or LabkitError saying what is wrong."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        raise ServiceError(f"promtool not found: {PROMETHEUS_FIX}")
-    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
-                          text=True, timeout=60)
-    output = (done.stdout + done.stderr).strip()
-    if done.returncode != 0:
-        raise LabkitError(f"promtool rejects {path}:\n{output}")
-    return output
-
-
-# --------------------------------------------------------------------------------------------
-# Prometheus
-
-
-@dataclass(frozen=True)
-class ScrapeTarget:
-    """One endpoint Prometheus scrapes, with the labels it adds to every series from it."""
-
-    address: str  # "127.0.0.1:PORT"
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(eq=False)
-class PrometheusServer(ManagedServer):
-    """A private ``prometheus`` on 127.0.0.1: free port, generated config, TSDB in a temp dir.
-
-    ``with PrometheusServer(targets=[...]) as prom: prom.query("up")``. Scrapes and evaluates
-    rules every second (the lab's pace), stores nothing outside its temp dir, talks to no
-    remote storage or Alertmanager: alerts are read from its own API (``alerts()``).
-    """
-
-    targets: Sequence[ScrapeTarget | str] = ()
-    rule_files: Sequence[str | os.PathLike[str]] = (RULES_FILE,)
-    scrape_interval_s: float = 1.0
-    evaluation_interval_s: float = 1.0
-    startup_timeout: float = 30.0
-
-    name = "prometheus"
-    fix = PROMETHEUS_FIX
-    _tmp_prefix = "labkit-prometheus-"
-    _log_name = "prometheus.log"  # it logs to stderr: stdout.log has it
-
-    @staticmethod
-    def available() -> tuple[bool, str]:
-        """(True, binary path) when a prometheus binary is on PATH, else (False, how to get
-        one)."""
-        found = shutil.which("prometheus")
-        return (True, found) if found else (False, f"prometheus not found: {PROMETHEUS_FIX}")
-
-    def start(self) -> PrometheusServer:
-        super().start()
-        return self
-
-    def __enter__(self) -> PrometheusServer:
-        return self.start()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (the web UI and API; no credentials)."""
-        return f"http://{HOST}:{self._port}"
-
-    def config(self) -> dict[str, Any]:
-        """The prometheus.yml this server runs with (as a dict)."""
-        targets = [t if isinstance(t, ScrapeTarget) else ScrapeTarget(t) for t in self.targets]
-        interval = _duration(self.scrape_interval_s)
-        return {
-            "global": {"scrape_interval": interval, "scrape_timeout": interval,
-                       "evaluation_interval": _duration(self.evaluation_interval_s)},
-            "rule_files": [str(Path(p).resolve()) for p in self.rule_files],
-            "scrape_configs": [{
-                "job_name": JOB_NAME,
-                "static_configs": [{"targets": [t.address], "labels": dict(t.labels)}
-                                   for t in targets],
-            }],
-        }
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Evaluate PromQL now (``/api/v1/query``): the result list (``metric``, ``value``)."""
-        return self._api("query", {"query": expr})["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step_s: float = 1.0
-                    ) -> list[dict[str, Any]]:
-        """Evaluate PromQL over ``[start, end]`` (unix seconds) every ``step_s``
-        (``/api/v1/query_range``): the result list (``metric``, ``values`` as [t, "v"] pairs)."""
-        return self._api("query_range", {"query": expr, "start": f"{start:.3f}",
-                                         "end": f"{end:.3f}", "step": f"{step_s:g}"})["result"]
-
-    def alerts(self) -> list[dict[str, Any]]:
-        """Pending and firing alerts (``/api/v1/alerts``): labels, annotations, state, ..."""
-        return self._api("alerts")["alerts"]
-
-    def targets_health(self) -> list[dict[str, Any]]:
-        """Active scrape targets (``/api/v1/targets``): labels, scrapeUrl, health, lastError."""
-        return self._api("targets")["activeTargets"]
-
-    def rule_evaluations(self) -> int:
-        """Rule group evaluations done so far, over all groups (from the server's own
-        ``/metrics``: scheduled iterations minus missed ones). Each rule in a group is
-        evaluated once per group evaluation."""
-        samples = samples_from_text(scrape(f"{self.url}/metrics", timeout=10))
-        total = sum(s.value for s in samples
-                    if s.name == "prometheus_rule_group_iterations_total")
-        missed = sum(s.value for s in samples
-                     if s.name == "prometheus_rule_group_iterations_missed_total")
-        return int(total - missed)
-
-    # Internals.
-    def _api(self, path: str, params: dict[str, str] | None = None) -> Any:
-        url = f"{self.url}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(url, timeout=10) as reply:
-                body = json.loads(reply.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            raise ServiceError(f"prometheus {path}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise ServiceError(f"prometheus at {self.url} did not answer: {exc}") from exc
-        if body.get("status") != "success":
-            raise ServiceError(f"prometheus {path}: {body.get('error', body)}")
-        return body["data"]
-
-    def _default_binary(self) -> Path | None:
-        found = shutil.which("prometheus")
-        return Path(found) if found else None
-
-    def _write_config(self, tmpdir: Path, port: int) -> list[str]:
-        import yaml
-
-        config = tmpdir / "prometheus.yml"
-        config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
-        return [f"--config.file={config}", f"--storage.tsdb.path={tmpdir / 'data'}",
-                f"--web.listen-address={HOST}:{port}", "--storage.tsdb.retention.time=1h",
-                "--log.level=warn"]
-
-    def _ping(self, port: int) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{port}/-/ready", timeout=0.5) as reply:
-                return reply.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-
-# --------------------------------------------------------------------------------------------
-# Reading metrics back: the same code for Prometheus query results and raw /metrics text
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One series' current value: metric name, labels, value."""
-
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
-def samples_from_text(text: str, extra: dict[str, str] | None = None) -> list[Sample]:
-    """Parse exposition text (``prometheus_client.parser``); ``extra`` labels are added (the
-    rank of the endpoint, as Prometheus would add it)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return [Sample(s.name, {**s.labels, **(extra or {})}, float(s.value))
-            for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def samples_from_query(result: Iterable[dict[str, Any]]) -> list[Sample]:
-    """A Prometheus instant-vector result as samples."""
-    out = []
-    for series in result:
-        labels = dict(series["metric"])
-        name = labels.pop("__name__", "")
-        out.append(Sample(name, labels, float(series["value"][1])))
-    return out
-
-
-def scrape(url: str, timeout: float = 5.0) -> str:
-    """GET an exporter's /metrics text."""
-    with urllib.request.urlopen(url, timeout=timeout) as reply:
-        return reply.read().decode()
-
-
-def pair_matrix(samples: Iterable[Sample], world: int) -> list[list[float | None]]:
-    """``labkit_pair_latency_seconds`` as a world x world list: [src][dst] seconds, None on
-    the diagonal and where nothing was measured (``np.array(m, dtype=float)`` makes it NaN)."""
-    matrix: list[list[float | None]] = [[None] * world for _ in range(world)]
-    for s in samples:
-        if s.name == "labkit_pair_latency_seconds":
-            src, dst = int(s.labels["src"]), int(s.labels["dst"])
-            if 0 <= src < world and 0 <= dst < world and src != dst:
-                matrix[src][dst] = s.value
-    return matrix
-
-
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus's ``histogram_quantile`` on cumulative ``(le, count)`` buckets: linear
-    interpolation inside the bucket that holds the rank; the +Inf bucket answers with the
-    highest finite bound. Like PromQL, ``q`` below 0 gives -Inf and above 1 gives +Inf."""
-    if q < 0 or q > 1:
-        return float("-inf") if q < 0 else float("inf")
-    buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    prev_le, prev_count = 0.0, 0.0
-    for le, count in buckets:
-        if count >= rank:
-            if le == float("inf"):
-                return prev_le
-            if count == prev_count:
-                return le
-            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
-        prev_le, prev_count = le, count
-    return prev_le
-
-
-@dataclass(frozen=True)
-class CollectiveSummary:
-    """One (op, size) of the collective latency histogram, summed over every rank."""
-
-    op: str
-    size_bytes: int
-    count: int
-    mean_s: float
-    p50_s: float | None
-    p99_s: float | None
-
-
-def collective_summaries(samples: Iterable[Sample]) -> list[CollectiveSummary]:
-    """Count, mean and p50/p99 (bucket-interpolated) per (op, size), over all ranks."""
-    base = "labkit_collective_latency_seconds"
-    buckets: dict[tuple[str, int], dict[float, float]] = {}
-    sums: dict[tuple[str, int], float] = {}
-    counts: dict[tuple[str, int], float] = {}
-    for s in samples:
-        if not s.name.startswith(base):
-            continue
-        key = (s.labels.get("op", ""), int(s.labels.get("size_bytes", "0")))
-        if s.name == base + "_bucket":
-            le = float(s.labels["le"])
-            buckets.setdefault(key, {})
-            buckets[key][le] = buckets[key].get(le, 0.0) + s.value
-        elif s.name == base + "_sum":
-            sums[key] = sums.get(key, 0.0) + s.value
-        elif s.name == base + "_count":
-            counts[key] = counts.get(key, 0.0) + s.value
-    rows = []
-    for key in sorted(counts):
-        n = counts[key]
-        cumulative = list(buckets.get(key, {}).items())
-        rows.append(CollectiveSummary(
-            key[0], key[1], int(n), sums.get(key, 0.0) / n if n else 0.0,
-            histogram_quantile(0.5, cumulative), histogram_quantile(0.99, cumulative)))
-    return rows
-
-
-# --------------------------------------------------------------------------------------------
-# The experiment
 
 
 @dataclass(frozen=True)
@@ -706,6 +253,8 @@ class SlowLinkPlan:
 
 
 SLOW_LINK_MARGIN = 3.0
+
+
 """The slowed pairs' one-way latency is planned at least this many thresholds."""
 
 

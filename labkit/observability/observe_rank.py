@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import labkit
-from labkit.observability.observe import PORTS_FILE, STOP_FILE, RankMetrics
+from labkit.observability.exporter import RankMetrics
+from labkit.observability.observe import PORTS_FILE, STOP_FILE
 from labkit.runtime.publish import RUN_DIR_ENV
 
 
