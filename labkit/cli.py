@@ -322,7 +322,7 @@ def _passthrough(name: str) -> Callable[[argparse.Namespace], int]:
 
     def run(args: argparse.Namespace) -> int:
         if name == "agents":
-            from labkit.orchestration.control import main as module_main
+            from labkit.orchestration.control_agent import main as module_main
         else:
             from labkit.orchestration.partition import main as module_main
         return module_main(args.args)
@@ -341,10 +341,10 @@ def _add(commands: argparse._SubParsersAction, name: str, text: str,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["agents"], ["partition"]):  # their own command lines, --help included
-        return _passthrough(argv[0])(argparse.Namespace(args=argv[1:]))
-    args = build_parser().parse_args(argv)
     try:
+        if argv[:1] in (["agents"], ["partition"]):  # their own command lines, --help included
+            return _passthrough(argv[0])(argparse.Namespace(args=argv[1:]))
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except LabkitError as exc:
         print(f"labkit: error: {exc}", file=sys.stderr)

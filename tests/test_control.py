@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from labkit.errors import LabkitError, ParameterError, ServiceError
-from labkit.orchestration.control import (
+from labkit.orchestration import (
     DEAD,
     JOB_ENV,
     URL_ENV,
@@ -30,11 +30,11 @@ from labkit.orchestration.control import (
     fleet_status,
     forget,
     format_fleet,
-    main,
     measure_detection,
     spawn_agent,
     status_main,
 )
+from labkit.orchestration.control_agent import main
 from labkit.runtime.ports import free_port
 from labkit.services.servers import RedisServer
 

@@ -19,15 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from labkit.orchestration import partition
-from labkit.orchestration.partition import (
-    Sample,
+from labkit.errors import ParameterError
+from labkit.orchestration import (
+    WARMUP_ITERATIONS,
+    ElectionSample,
     collective_partition,
     cut,
     decide,
+    election,
     election_experiment,
+    format_collective,
     heal,
     majority,
+    network_cut,
     summarize_phase,
 )
 from labkit.runtime import netlab
@@ -76,13 +80,13 @@ def test_majority_and_rules():
     assert decide(1, {0, 1}, 3, "quorum") == (False, True)
     assert decide(2, {2}, 3, "quorum") == (False, False)  # minority: steps down, stops
     assert decide(0, {0}, 2, "quorum") == (False, False)  # 1 of 2 is no majority
-    with pytest.raises(ValueError, match="rule"):
+    with pytest.raises(ParameterError, match="rule"):
         decide(0, {0}, 2, "bully")
 
 
 def test_phase_sweep_measures_overlapping_leadership():
-    def s(t: float, node: int, leader: bool, working: bool = True) -> Sample:
-        return Sample(t, node, leader, working, [node])
+    def s(t: float, node: int, leader: bool, working: bool = True) -> ElectionSample:
+        return ElectionSample(t, node, leader, working, [node])
 
     samples = [s(-0.1, 0, True), s(-0.1, 1, False),  # before the phase: carried in
                s(0.2, 1, True), s(0.5, 0, False), s(0.6, 1, True, working=False)]
@@ -96,7 +100,7 @@ def test_phase_sweep_measures_overlapping_leadership():
 
 
 def test_experiments_need_a_lab_network(monkeypatch):
-    monkeypatch.setattr(partition, "available", lambda: (False, "needs root, says the test"))
+    monkeypatch.setattr(network_cut, "available", lambda: (False, "needs root, says the test"))
     with pytest.raises(NetLabError, match="says the test"):
         election_experiment(3, "naive", 2)
     with pytest.raises(NetLabError, match="says the test"):
@@ -123,13 +127,13 @@ def test_cut_and_heal_unplug_a_node(leaves_nothing):
 
 @needs_lab
 def test_an_error_mid_experiment_still_heals_and_cleans_up(monkeypatch, leaves_nothing):
-    real_cut = partition.cut
+    real_cut = election.cut
 
     def cut_then_fail(lab: NetLab, node: int) -> None:
         real_cut(lab, node)
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(partition, "cut", cut_then_fail)
+    monkeypatch.setattr(election, "cut", cut_then_fail)
     with pytest.raises(RuntimeError, match="boom"):
         election_experiment(3, "naive", 2)
 
@@ -140,7 +144,7 @@ def test_an_error_mid_experiment_still_heals_and_cleans_up(monkeypatch, leaves_n
 def test_election_under_a_partition(nodes, rule, leaves_nothing):
     cut_node = nodes - 1
     result = election_experiment(nodes, rule, cut_node)
-    print(partition.format_election(result))
+    print(election.format_election(result))
     healthy, during, healed = (result.phase(n) for n in ("healthy", "cut", "healed"))
     everyone = list(range(nodes))
 
@@ -177,7 +181,7 @@ def test_election_under_a_partition(nodes, rule, leaves_nothing):
 def test_collective_under_a_partition_fails_on_every_rank(leaves_nothing):
     timeout_s = 3.0
     result = collective_partition(nodes=3, cut_node=2, timeout_s=timeout_s)
-    print(partition.format_collective(result))
+    print(format_collective(result))
     assert not result.launch_timed_out
     assert sorted(r.node for r in result.ranks) == [0, 1, 2]
     # No rank completes an all_reduce after the cut, and none errors early (TCP does not notice
@@ -189,7 +193,7 @@ def test_collective_under_a_partition_fails_on_every_rank(leaves_nothing):
     # out (nor heard that a peer did) before the earliest of those plus the timeout.
     earliest_start = min(r.last_ok_s for r in result.ranks)
     for r in result.ranks:
-        assert r.iterations >= partition.WARMUP_ITERATIONS and r.iterations_after_cut <= 1
+        assert r.iterations >= WARMUP_ITERATIONS and r.iterations_after_cut <= 1
         assert r.failed_after_s >= earliest_start + timeout_s - 0.01, r
         # A majority-side rank may hear first that a peer on its side gave up (the peer's
         # timeout closes its connections): "Connection closed by peer", a few ms earlier.

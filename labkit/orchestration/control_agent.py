@@ -1,0 +1,131 @@
+"""A toy agent process that beats, and the control plane's command line (``labkit agents``).
+
+The Redis URL comes from ``$LABKIT_CONTROL_REDIS_URL`` or ``$REDIS_URL`` when ``--redis`` is left
+out (URLs in argv are visible to ``ps``)::
+
+    labkit agents agent --job J --name N [--ttl-s 3 --interval-s 1 --steps K --step-s S]
+    labkit agents status --job J [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+from labkit.errors import ParameterError, ServiceError
+from labkit.services.servers import REDIS_URL_ENV, parent_death_signal
+
+if TYPE_CHECKING:
+    pass
+from labkit.orchestration.control import (
+    DRAIN_S,
+    JOB_ENV,
+    URL_ENV,
+    Heartbeat,
+    _check_name,
+    _check_seconds,
+    _check_timing,
+)
+from labkit.orchestration.fleet import status_main
+
+
+def spawn_agent(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,
+                step_s: float = 0.1, steps: int | None = None,
+                stderr: IO[Any] | int | None = None) -> subprocess.Popen[bytes]:
+    """Starts ``python -m labkit.orchestration.control_agent agent`` in its own session (Ctrl-C in a terminal does
+    not reach it; it gets SIGTERM if this thread's process dies). The URL goes in the
+    environment, not argv. The caller kills and reaps it."""
+    _check_name("job", job)
+    _check_name("name", name)
+    _check_timing(ttl_s, interval_s)
+    argv = [sys.executable, "-m", "labkit.orchestration.control_agent", "agent", "--job", job, "--name", name,
+            "--ttl-s", repr(float(ttl_s)), "--interval-s", repr(float(interval_s)),
+            "--step-s", repr(_check_seconds("step_s", step_s))]
+    if steps is not None:
+        argv += ["--steps", str(int(steps))]
+    env = {**os.environ, URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=stderr,
+                            start_new_session=True, preexec_fn=parent_death_signal())
+
+
+def agent_main(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,
+               steps: int | None = None, step_s: float = 0.1, drain_s: float = DRAIN_S,
+               node: int | None = None, rank: int | None = None) -> int:
+    """A toy agent: ``starting``, then ``running`` with ``step`` + 1 every ``step_s``; on
+    SIGTERM/SIGINT (or after ``steps`` steps) ``draining`` for ``drain_s``, then ``left``.
+    Returns 0."""
+    if isinstance(drain_s, bool) or not isinstance(drain_s, int | float) or not drain_s >= 0:
+        raise ParameterError(f"drain_s must be >= 0 s, got {drain_s!r}")
+    hb = Heartbeat(url, job, name, ttl_s=ttl_s, interval_s=interval_s, node=node, rank=rank)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()  # only a flag: the main loop drains and leaves
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    hb.start()
+    step = 0
+    if not stop.is_set():
+        hb.set_state("running", step=step)
+    while not stop.wait(step_s):
+        if steps is not None and step >= steps:
+            break
+        step += 1
+        hb.set_step(step)
+    hb.set_state("draining", step=step)
+    time.sleep(drain_s)
+    hb.leave()
+    return 0
+
+
+def _url(given: str | None) -> str:
+    url = given or os.environ.get(URL_ENV) or os.environ.get(REDIS_URL_ENV)
+    if not url:
+        raise ParameterError(f"no Redis URL: pass --redis or set {URL_ENV} or {REDIS_URL_ENV}")
+    return url
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labkit agents",
+                                     description="Agent heartbeats and fleet status in Redis.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--redis", help=f"Redis URL (default ${URL_ENV} or ${REDIS_URL_ENV}; "
+                                        "a URL here is visible to ps)")
+    common.add_argument("--job", required=True)
+    agent = sub.add_parser("agent", parents=[common], help="run a toy agent that beats")
+    agent.add_argument("--name", required=True)
+    agent.add_argument("--ttl-s", type=float, default=3.0)
+    agent.add_argument("--interval-s", type=float, default=1.0)
+    agent.add_argument("--steps", type=int, default=None, help="leave after this many steps")
+    agent.add_argument("--step-s", type=float, default=0.1)
+    agent.add_argument("--drain-s", type=float, default=DRAIN_S)
+    agent.add_argument("--node", type=int, default=None)
+    agent.add_argument("--rank", type=int, default=None)
+    status = sub.add_parser("status", parents=[common], help="show the fleet")
+    status.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        url = _url(args.redis)
+        if args.command == "status":
+            return status_main(url, args.job, args.json)
+        return agent_main(url, args.job, args.name, ttl_s=args.ttl_s,
+                          interval_s=args.interval_s, steps=args.steps,
+                          step_s=_check_seconds("step_s", args.step_s),
+                          drain_s=args.drain_s, node=args.node, rank=args.rank)
+    except (ParameterError, ServiceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
