@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit.capstone.run import (
+from labkit.capstone import (
     PORTS_ENV,
     REPORT_FILE,
     CapstoneConfig,
     CapstoneReport,
-    _runs,
     build_report,
+    contiguous_runs,
     run_capstone,
 )
 from labkit.errors import ParameterError
@@ -70,8 +70,8 @@ def test_a_zombie_learner_cannot_publish_over_a_newer_one():
 
 
 def test_alert_samples_group_into_stretches():
-    assert _runs([5, 1, 2, 3, 9, 10]) == [(1, 3), (5, 5), (9, 10)]
-    assert _runs([]) == []
+    assert contiguous_runs([5, 1, 2, 3, 9, 10]) == [(1, 3), (5, 5), (9, 10)]
+    assert contiguous_runs([]) == []
 
 
 @pytest.fixture(scope="module")

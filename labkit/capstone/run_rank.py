@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.redis_stream import StreamBuffer
-from labkit.capstone.run import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, redis_keys
+from labkit.capstone.config import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, redis_keys
 from labkit.errors import LabkitError
 from labkit.locks.fencing import FencedLock, FencedStore
 from labkit.observability.exporter import RankMetrics
