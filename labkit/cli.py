@@ -38,8 +38,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import capstone
 from labkit.buffers import bench as bench_buffer
+from labkit.capstone import run as capstone
 from labkit.collectives import bench as collectives
 from labkit.errors import LabkitError
 from labkit.hangs import run as hangs_cli

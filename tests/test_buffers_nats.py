@@ -23,7 +23,7 @@ from labkit.buffers.base import drain as drain_until
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.nats_js import NatsBuffer, subject
 from labkit.errors import LabkitError, ServiceError
-from labkit.services.servers import NatsServer
+from labkit.services import NatsServer
 
 N = 12
 STREAM = "LAB_EXP"

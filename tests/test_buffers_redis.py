@@ -15,7 +15,7 @@ from labkit.buffers.guide import RAW, GuideBuffer
 from labkit.buffers.redis_list import ListBuffer, fair_shares, list_key
 from labkit.buffers.redis_stream import SeenSeqs, StreamBuffer, stream_key
 from labkit.errors import LabkitError
-from labkit.services.servers import RedisServer
+from labkit.services import RedisServer
 
 N = 12
 

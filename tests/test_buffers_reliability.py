@@ -31,7 +31,7 @@ from labkit.buffers.base import ExperienceBuffer, open_buffer
 from labkit.buffers.frame import Experience
 from labkit.buffers.redis_stream import StreamBuffer, stream_key
 from labkit.runtime.ports import free_port
-from labkit.services.servers import NatsServer, RedisServer, _quote
+from labkit.services import NatsServer, RedisServer, config_quote
 
 
 @dataclass(eq=False)
@@ -47,7 +47,7 @@ class PinnedRedis(RedisServer):
         args = super()._write_config(tmpdir, port)
         if self.data_dir is not None:
             with open(tmpdir / "redis.conf", "a") as config:  # later lines win
-                config.write(f"dir {_quote(self.data_dir)}\nappendonly yes\nappendfsync always\n")
+                config.write(f"dir {config_quote(self.data_dir)}\nappendonly yes\nappendfsync always\n")
         return args
 
 

@@ -26,7 +26,7 @@ from labkit.capstone import (
 from labkit.errors import ParameterError
 from labkit.locks import FencedLock, FencedStore, StaleTokenError
 from labkit.observability import PrometheusServer
-from labkit.services.servers import RedisServer
+from labkit.services import RedisServer
 
 SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every_updates=5)
 

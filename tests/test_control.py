@@ -36,7 +36,7 @@ from labkit.orchestration import (
 )
 from labkit.orchestration.control_agent import main
 from labkit.runtime.ports import free_port
-from labkit.services.servers import RedisServer
+from labkit.services import RedisServer
 
 TTL_S, INTERVAL_S = 1.0, 0.25
 START_TIMEOUT_S = 60.0

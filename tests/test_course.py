@@ -277,7 +277,7 @@ def test_the_course_smoke_file_names_the_course_notebooks():
 
 HOLD = """
 import os, pathlib, subprocess, sys, time
-from labkit.services.servers import redis_url
+from labkit.services import redis_url
 
 detached = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
                             start_new_session=True)  # out of the kernel's process group

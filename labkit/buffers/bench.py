@@ -405,7 +405,8 @@ def measure_buffers(impls: tuple[str, ...] | list[str] = IMPLS, agents: int = 1,
     """Push, pull and end-to-end rates of each buffer with ``agents`` agent processes, all on
     one Redis (and one NATS) server: the given URLs, or servers started for the run."""
     from labkit.errors import ServiceError
-    from labkit.services.servers import NatsServer, RedisServer
+    from labkit.services.nats_server import NatsServer
+    from labkit.services.redis_server import RedisServer
 
     impls = list(impls)
     unknown = sorted(set(impls) - set(IMPLS))
@@ -471,7 +472,7 @@ def sweep_agents(agent_counts: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16, 32
                  redis_url: str | None = None) -> list[dict[str, Any]]:
     """``measure_buffers`` at each agent count on one server: one row per (agents, impl),
     with the server's CPU (cores) next to the rates."""
-    from labkit.services.servers import RedisServer
+    from labkit.services.redis_server import RedisServer
 
     rows = []
     with ExitStack() as stack:

@@ -40,7 +40,7 @@ from labkit.buffers.base import ExperienceBuffer, check_capacity, check_count
 from labkit.buffers.frame import Experience, FrameStats, encode
 from labkit.buffers.redis_stream import SeenSeqs
 from labkit.errors import LabkitError, ServiceError
-from labkit.services.servers import redact
+from labkit.services.base import redact
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -180,7 +180,7 @@ class NatsBuffer(ExperienceBuffer):
             hint = (
                 "wrong token in the URL?"
                 if auth
-                else "is nats-server running there? labkit.services.servers.nats_url() starts one"
+                else "is nats-server running there? labkit.services.shared.nats_url() starts one"
             )
             raise ServiceError(f"cannot connect to NATS at {where}{shown}: {hint}") from None
         except nats.js.errors.ServiceUnavailableError as exc:

@@ -81,8 +81,9 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
     learner's log alone). Nothing the run started outlives it."""
     from labkit.observability.rules import RULES_FILE
     from labkit.runtime.launch import launch_local
+    from labkit.services.base import HOST
     from labkit.services.prometheus import PrometheusServer, ScrapeTarget
-    from labkit.services.servers import HOST, REDIS_URL_ENV, RedisServer
+    from labkit.services.redis_server import REDIS_URL_ENV, RedisServer
     from labkit.training.train import REDIS_ENV
 
     cfg = CapstoneConfig.from_json((cfg or CapstoneConfig()).to_json())  # ours to set workdir

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labkit import services
 from labkit.errors import LabkitError, ParameterError
-from labkit.services import servers as services
 
 MIN_PYTHON = (3, 10)
 

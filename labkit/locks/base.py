@@ -11,7 +11,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from labkit.errors import LabkitError, ParameterError, ServiceError
-from labkit.services.servers import scrub_secrets
+from labkit.services.base import scrub_secrets
 
 if TYPE_CHECKING:
     import redis
@@ -39,7 +39,7 @@ def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
     """A ``redis.Redis`` for ``url`` that answered PING; :class:`ServiceError` if it did not."""
     import redis
 
-    from labkit.services.servers import redact
+    from labkit.services.base import redact
 
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s,
@@ -53,7 +53,7 @@ def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
         detail = scrub_secrets(f"{type(exc).__name__}: {exc}", url)
         raise ServiceError(
             f"Redis at {redact(url)} is unreachable ({detail}); start one with "
-            "labkit.services.servers.RedisServer() or set REDIS_URL to a running Redis"
+            "labkit.services.redis_server.RedisServer() or set REDIS_URL to a running Redis"
         ) from None
     return client
 

@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``labkit bench locks``."""
-    from labkit.services.servers import REDIS_URL_ENV, RedisServer
+    from labkit.services.redis_server import REDIS_URL_ENV, RedisServer
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     _check_methods(methods)  # before starting a server for nothing

@@ -15,7 +15,7 @@ from typing import Any
 
 from labkit.errors import ServiceError
 from labkit.runtime.ports import PORT_RANGE_ENV, free_port
-from labkit.services.servers import HOST
+from labkit.services.base import HOST
 
 # Histogram buckets (seconds): loopback collectives are tens of microseconds, cross-node ones
 # milliseconds; lock waits and checkpoints are slower.

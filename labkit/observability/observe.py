@@ -42,8 +42,8 @@ from labkit.observability.readback import (
 from labkit.observability.rules import ALERT_FOR_S, PAIR_LATENCY_THRESHOLD_S, alert_rules
 from labkit.runtime.pace import startup_allowance_s
 from labkit.runtime.rank_script import rank_script
+from labkit.services.base import HOST
 from labkit.services.prometheus import PrometheusServer, ScrapeTarget
-from labkit.services.servers import HOST
 
 RANK_SCRIPT = rank_script(__name__)
 

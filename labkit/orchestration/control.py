@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.servers import redact, scrub_secrets
+from labkit.services.base import redact, scrub_secrets
 
 if TYPE_CHECKING:
     import redis

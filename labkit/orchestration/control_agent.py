@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.servers import REDIS_URL_ENV, parent_death_signal
+from labkit.services.base import parent_death_signal
+from labkit.services.redis_server import REDIS_URL_ENV
 
 if TYPE_CHECKING:
     pass

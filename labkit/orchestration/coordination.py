@@ -16,7 +16,7 @@ warm-up, timed samples, barrier, teardown), so no transport's setup overlaps ano
 
 Every ping carries its sequence number and every reply must carry it back: ``ok`` is true only
 when all replies matched, in order, on both ranks, with no message lost. Redis and NATS are
-private servers started for the run (``labkit.services.servers``) and stopped after it; their URLs
+private servers started for the run (``labkit.services``) and stopped after it; their URLs
 (with passwords) reach the ranks through environment variables, never argv.
 
 The guide's figures (``GUIDE_FIGURES``: 12 ms on Kubernetes, 400 us after moving to a Go
@@ -117,7 +117,9 @@ def measure_coordination(samples: int = DEFAULT_SAMPLES, warmup: int = DEFAULT_W
     "guide": GUIDE_FIGURES}``; rows follow the order of ``transports``.
     """
     from labkit.runtime.launch import launch_local
-    from labkit.services.servers import NatsServer, RedisServer, check_nats, check_redis
+    from labkit.services.nats_server import NatsServer
+    from labkit.services.probes import check_nats, check_redis
+    from labkit.services.redis_server import RedisServer
 
     names = parse_transports(transports)
     if samples < 1:

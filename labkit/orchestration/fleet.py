@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.servers import REDIS_URL_ENV, redact
+from labkit.services.base import redact
+from labkit.services.redis_server import REDIS_URL_ENV
 
 if TYPE_CHECKING:
     pass
@@ -89,7 +90,7 @@ def fleet_status(url: str, job: str, *, timeout_s: float = STATUS_TIMEOUT_S) -> 
     except redis.RedisError as exc:
         raise ServiceError(
             f"Redis at {redact(url)} is unreachable or failed ({_describe(exc, url)}); start "
-            f"one with labkit.services.servers.RedisServer() or set {REDIS_URL_ENV} to a running Redis"
+            f"one with labkit.services.redis_server.RedisServer() or set {REDIS_URL_ENV} to a running Redis"
         ) from None
     finally:
         client.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.servers import HOST, ManagedServer
+from labkit.services.base import HOST, ManagedServer
 
 JOB_NAME = "labkit"  # the scrape job; RankDown watches up{job="labkit"}
 

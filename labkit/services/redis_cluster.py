@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from labkit.errors import ServiceError
 from labkit.runtime.ports import free_port
-from labkit.services.servers import HOST, REDIS_FIX, RedisServer, _can_bind, _quote
+from labkit.services.base import HOST, can_bind, config_quote
+from labkit.services.redis_server import REDIS_FIX, RedisServer
 
 if TYPE_CHECKING:
     from redis.cluster import ClusterNode, RedisCluster
@@ -51,9 +52,9 @@ class _ClusterNode(RedisServer):
                 "\n".join(
                     [
                         "cluster-enabled yes",
-                        f"cluster-config-file {_quote(tmpdir / 'nodes.conf')}",
+                        f"cluster-config-file {config_quote(tmpdir / 'nodes.conf')}",
                         f"cluster-node-timeout {self.node_timeout_ms}",
-                        f"masterauth {_quote(self.cluster_password)}",
+                        f"masterauth {config_quote(self.cluster_password)}",
                         "",
                     ]
                 )
@@ -65,7 +66,7 @@ def _cluster_port(taken: set[int]) -> int:
     """A free port whose bus port (+10000) is free too (both below 65536)."""
     for attempt in range(200):
         port = free_port(HOST) if attempt < 10 else random.randrange(20000, _MAX_PORT + 1)
-        if port <= _MAX_PORT and port not in taken and _can_bind(port + BUS_OFFSET):
+        if port <= _MAX_PORT and port not in taken and can_bind(port + BUS_OFFSET):
             return port
     raise ServiceError(f"no free port pair (p, p+{BUS_OFFSET}) on {HOST}: too many ports in use")
 

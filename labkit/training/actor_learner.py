@@ -26,7 +26,7 @@ from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, seed_everyt
 from labkit.rl.learner import actor_critic_loss, apply_update
 from labkit.rl.progress import Progress
 from labkit.runtime.dist import RankInfo
-from labkit.services.servers import redact
+from labkit.services.base import redact
 from labkit.training.result import agent_seed, lag_stats, summarize
 from labkit.training.train import REDIS_ENV, TrainConfig
 

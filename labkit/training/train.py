@@ -164,7 +164,7 @@ def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = No
         if cfg.mode == "async":
             import os
 
-            from labkit.services.servers import REDIS_URL_ENV, RedisServer
+            from labkit.services.redis_server import REDIS_URL_ENV, RedisServer
 
             url = os.environ.get(REDIS_URL_ENV)
             if not url:
