@@ -85,7 +85,7 @@ SIGNAL_HINTS = {
                "a scheduler, or kill -9.",
 }
 # faulthandler's report names the wrapper's and runpy's frames and every extension module
-_NOISE = re.compile(r'^\s*File "(<frozen runpy>|.*[/\\]labkit[/\\]worker\.py)"'
+_NOISE = re.compile(r'^\s*File "(<frozen runpy>|.*[/\\]labkit[/\\]runtime[/\\]worker\.py)"'
                     r"|^Extension modules: ")
 
 
