@@ -18,9 +18,10 @@ import nats.js.errors
 import pytest
 from buffer_helpers import assert_same, exp
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.base import ExperienceBuffer
 from labkit.buffers.base import drain as drain_until
 from labkit.buffers.frame import Experience, encode
+from labkit.buffers.kinds import open_buffer
 from labkit.buffers.nats_js import NatsBuffer, subject
 from labkit.errors import LabkitError, ServiceError
 from labkit.services import NatsServer

@@ -9,11 +9,12 @@ import redis
 import torch
 from buffer_helpers import assert_same, drain, exp
 
-from labkit.buffers.base import open_buffer
+from labkit.buffers.base import SeenSeqs
 from labkit.buffers.frame import encode
 from labkit.buffers.guide import RAW, GuideBuffer
+from labkit.buffers.kinds import open_buffer
 from labkit.buffers.redis_list import ListBuffer, fair_shares, list_key
-from labkit.buffers.redis_stream import SeenSeqs, StreamBuffer, stream_key
+from labkit.buffers.redis_stream import StreamBuffer, stream_key
 from labkit.errors import LabkitError
 from labkit.services import RedisServer
 

@@ -27,8 +27,9 @@ import torch
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.base import ExperienceBuffer
 from labkit.buffers.frame import Experience
+from labkit.buffers.kinds import open_buffer
 from labkit.buffers.redis_stream import StreamBuffer, stream_key
 from labkit.runtime.ports import free_port
 from labkit.services import NatsServer, RedisServer, config_quote

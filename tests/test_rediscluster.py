@@ -10,8 +10,9 @@ import redis
 import torch
 from redis.cluster import RedisCluster
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.base import ExperienceBuffer
 from labkit.buffers.frame import Experience
+from labkit.buffers.kinds import open_buffer
 from labkit.buffers.redis_list import list_key
 from labkit.buffers.redis_stream import StreamBuffer, stream_key
 from labkit.errors import ServiceError

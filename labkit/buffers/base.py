@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from labkit.errors import LabkitError
 
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
     RedisLike = redis.Redis | RedisCluster
 
-KINDS = ("guide", "list", "stream", "nats")
 DRAIN_LIMIT_S = 60.0  # only bounds a drain whose experiences never all arrive
 
 
@@ -176,49 +175,34 @@ def check_count(max_count: int) -> None:
         raise LabkitError(f"max_count must be >= 0, got {max_count}")
 
 
-def open_buffer(
-    kind: str,
-    url: str | RedisLike,
-    *,
-    agent_id: int,
-    agents: list[int] | None = None,
-    capacity: int | None = None,
-    group: str = "learners",
-    consumer: str = "c0",
-    namespace: str = "lab",
-) -> ExperienceBuffer:
-    """The buffer of ``kind`` ("guide", "list", "stream", "nats") on the server at ``url``
-    (a redis:// URL or client for the first three, a nats:// URL for "nats").
+class SeenSeqs:
+    """Which (agent, seq) pairs a learner already returned, in bounded memory.
 
-    ``agent_id`` is where this process pushes; ``agents`` are the agents a learner pulls from
-    (default: just ``agent_id``). ``capacity`` bounds each agent's backlog (None: unbounded).
-    ``group``/``consumer`` name the stream consumer; ``namespace`` prefixes the keys.
-
-    "guide" ignores ``capacity``, ``group``, ``consumer`` and ``namespace`` (the guide has none):
-    it gets ``cluster_size = max(agents) + 1`` and ``rank = agent_id``, the case where rank and
-    agent id agree.
+    Per agent: every seq below ``floor`` counts as seen, plus a set of seen seqs above it. Seqs
+    count up from 0, so in steady state the set holds only the few that arrived out of order.
+    When the set outgrows ``limit`` (a long gap), the floor jumps to its smallest member:
+    the gap's seqs then count as seen, and arrive too late to be used anyway.
     """
-    members = list(agents) if agents is not None else [agent_id]
-    common: dict[str, Any] = {"agent_id": agent_id}
-    if kind == "guide":
-        from labkit.buffers.guide import GuideBuffer
 
-        size = max([*members, agent_id]) + 1
-        return GuideBuffer(url, cluster_size=size, rank=agent_id, **common)
-    if kind == "list":
-        from labkit.buffers.redis_list import ListBuffer
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._floor: dict[int, int] = {}
+        self._above: dict[int, set[int]] = {}
 
-        return ListBuffer(url, agents=members, capacity=capacity, namespace=namespace, **common)
-    if kind == "stream":
-        from labkit.buffers.redis_stream import StreamBuffer
+    def add(self, agent_id: int, seq: int) -> bool:
+        """Records (agent_id, seq); True when it is new."""
+        floor = self._floor.get(agent_id, 0)
+        above = self._above.setdefault(agent_id, set())
+        if seq < floor or seq in above:
+            return False
+        above.add(seq)
+        if len(above) > self.limit:
+            floor = min(above)
+        while floor in above:
+            above.remove(floor)
+            floor += 1
+        self._floor[agent_id] = floor
+        return True
 
-        return StreamBuffer(url, agents=members, capacity=capacity, group=group,
-                            consumer=consumer, namespace=namespace, **common)  # fmt: skip
-    if kind == "nats":
-        from labkit.buffers.nats_js import NatsBuffer
 
-        return NatsBuffer(url, agents=members, capacity=capacity, group=group, **common)
-    raise LabkitError(f"unknown buffer kind {kind!r}: choose one of {', '.join(KINDS)}")
-
-
-__all__ = ["KINDS", "BufferStats", "Drained", "ExperienceBuffer", "drain", "open_buffer"]
+__all__ = ["BufferStats", "Drained", "ExperienceBuffer", "SeenSeqs", "drain"]

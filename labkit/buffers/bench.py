@@ -302,8 +302,8 @@ def _lead_s(pool: AgentPool) -> float:
 def _measure_impl(pool: AgentPool, impl: str, url: str, *, agents: int, payload: int,
                   seconds: float, batch: int, cpu: Any) -> ImplResult:
     """The three phases for one implementation; ``cpu()`` reads server CPU seconds or None."""
-    from labkit.buffers.base import open_buffer
     from labkit.buffers.frame import make_experience
+    from labkit.buffers.kinds import open_buffer
 
     namespace = f"bench{uuid.uuid4().hex[:8]}"
     learner = open_buffer(impl, url, agent_id=agents, agents=list(range(agents)),

@@ -20,9 +20,10 @@ import sys
 import time
 from typing import Any
 
-from labkit.buffers.base import ExperienceBuffer, open_buffer
+from labkit.buffers.base import ExperienceBuffer
 from labkit.buffers.bench import NATS_URL_ENV, REDIS_URL_ENV
 from labkit.buffers.frame import Experience, make_experience
+from labkit.buffers.kinds import open_buffer
 
 
 def url_for(impl: str) -> str:

@@ -36,9 +36,8 @@ import nats.errors
 import nats.js.errors
 from nats.js import api
 
-from labkit.buffers.base import ExperienceBuffer, check_capacity, check_count
+from labkit.buffers.base import ExperienceBuffer, SeenSeqs, check_capacity, check_count
 from labkit.buffers.frame import Experience, FrameStats, encode
-from labkit.buffers.redis_stream import SeenSeqs
 from labkit.errors import LabkitError, ServiceError
 from labkit.services.base import redact
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from labkit.buffers.base import RedisBuffer, check_count
+from labkit.buffers.base import RedisBuffer, SeenSeqs, check_count
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.redis_list import fair_shares
 from labkit.errors import LabkitError
@@ -42,36 +42,6 @@ Entry = tuple[str, bytes, Any]  # (stream key, entry id, fields)
 def stream_key(namespace: str, agent_id: int) -> str:
     """``lab:xs:{7}``: the ``{7}`` hash tag puts one agent's stream on one cluster shard."""
     return f"{namespace}:xs:{{{agent_id}}}"
-
-
-class SeenSeqs:
-    """Which (agent, seq) pairs a learner already returned, in bounded memory.
-
-    Per agent: every seq below ``floor`` counts as seen, plus a set of seen seqs above it. Seqs
-    count up from 0, so in steady state the set holds only the few that arrived out of order.
-    When the set outgrows ``limit`` (a long gap), the floor jumps to its smallest member:
-    the gap's seqs then count as seen, and arrive too late to be used anyway.
-    """
-
-    def __init__(self, limit: int = 65536) -> None:
-        self.limit = limit
-        self._floor: dict[int, int] = {}
-        self._above: dict[int, set[int]] = {}
-
-    def add(self, agent_id: int, seq: int) -> bool:
-        """Records (agent_id, seq); True when it is new."""
-        floor = self._floor.get(agent_id, 0)
-        above = self._above.setdefault(agent_id, set())
-        if seq < floor or seq in above:
-            return False
-        above.add(seq)
-        if len(above) > self.limit:
-            floor = min(above)
-        while floor in above:
-            above.remove(floor)
-            floor += 1
-        self._floor[agent_id] = floor
-        return True
 
 
 def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:

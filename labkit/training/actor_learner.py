@@ -18,8 +18,8 @@ import redis
 import torch
 import torch.distributed as dist
 
-from labkit.buffers.base import open_buffer
 from labkit.buffers.frame import Experience, decode, encode
+from labkit.buffers.kinds import open_buffer
 from labkit.errors import LabkitError, ServiceError
 from labkit.reliability.faults import maybe_inject, parse_faults
 from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, seed_everything
