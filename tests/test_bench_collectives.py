@@ -16,9 +16,10 @@ from dataclasses import asdict
 
 import pytest
 
-from labkit.collectives import bench as cb
-from labkit.collectives.alphabeta import AlphaBeta, fit_alpha_beta
-from labkit.collectives.bench import (
+from labkit.collectives import (
+    ONE_FORM,
+    OPS,
+    REDUCING,
     CollectiveRow,
     CollectivesReport,
     bandwidths,
@@ -30,6 +31,8 @@ from labkit.collectives.bench import (
     sweep,
     to_csv,
 )
+from labkit.collectives import bench as cb
+from labkit.collectives.alphabeta import AlphaBeta, fit_alpha_beta
 from labkit.errors import ParameterError
 
 JSON_KEYS = {"size", "count", "type", "time_us", "algbw", "busbw", "wrong"}
@@ -83,7 +86,7 @@ def test_parse_size_and_sweep() -> None:
     assert sweep(1024, 10000, 4) == [1024, 4096]
     with pytest.raises(ParameterError):
         sweep(1024, 512)
-    assert resolve_ops("all") == list(cb.OPS)
+    assert resolve_ops("all") == list(OPS)
     assert resolve_ops("broadcast,alltoall") == ["broadcast", "all_to_all"]
     with pytest.raises(ParameterError, match="unknown"):
         resolve_ops(["all_reduce", "gossip"])
@@ -145,9 +148,9 @@ def test_all_ops_on_two_ranks_are_correct(all_ops: CollectivesReport) -> None:
     assert (r.world_size, r.nnodes, r.backend, r.device) == (2, 1, "gloo", "cpu")
     assert r.torch_version and r.params["sizes"] == sweep(1024, 65536)
     run = {s["op"] for s in r.skipped if s["placement"] == "both"}
-    assert {x.op for x in r.rows} | run == set(cb.OPS)  # every op ran or says why not
+    assert {x.op for x in r.rows} | run == set(OPS)  # every op ran or says why not
     assert all(s["reason"] for s in r.skipped)
-    for op, form in cb.ONE_FORM.items():  # torch has one form only: listed, not faked
+    for op, form in ONE_FORM.items():  # torch has one form only: listed, not faked
         note = next(s for s in r.skipped if s["op"] == op)
         assert note["placement"] != form and form in note["reason"]
         assert {x.in_place for x in r.rows if x.op == op} == {form == "in-place"}
@@ -157,7 +160,7 @@ def test_all_ops_on_two_ranks_are_correct(all_ops: CollectivesReport) -> None:
         assert x.algbw == pytest.approx(x.size / 1e3 / x.time_us)
         assert x.busbw == pytest.approx(x.algbw * bus_factor(x.op, 2))
         assert x.root == (0 if x.op in ("broadcast", "reduce") else -1)
-        assert x.redop == ("sum" if x.op in cb.REDUCING else "none")
+        assert x.redop == ("sum" if x.op in REDUCING else "none")
     gathered = [x for x in r.rows if x.op == "all_gather"]
     if gathered:  # both placements, count per rank, size the total
         assert {x.in_place for x in gathered} == {False, True}

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from labkit.collectives.bench import CollectiveRow, bus_factor
+from labkit.collectives.formulas import CollectiveRow, bus_factor
 from labkit.errors import ParameterError
 
 

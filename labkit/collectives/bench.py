@@ -28,101 +28,19 @@ from labkit.runtime.rank_script import rank_script
 
 if TYPE_CHECKING:
     from labkit.collectives.alphabeta import AlphaBeta
+from labkit.collectives.formulas import (
+    AVERAGES,
+    ONE_FORM,
+    OPS,
+    CollectiveRow,
+    parse_size,
+    resolve_ops,
+    sweep,
+)
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
-ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all",
-           "reducescatter": "reduce_scatter"}
-REDUCING = frozenset({"all_reduce", "reduce_scatter", "reduce"})
-ROOTED = frozenset({"broadcast", "reduce"})
-PER_RANK = frozenset({"all_gather", "reduce_scatter", "all_to_all"})  # S = count * n * 4
-ONE_FORM = {"all_reduce": "in-place", "broadcast": "in-place", "reduce": "in-place",
-            "all_to_all": "out-of-place"}  # the only form torch.distributed has of these
-AVERAGES = ("avg", "max", "min", "rank0")  # nccl-tests -a 1, 3, 2, 0
 DEFAULT_MAX = "16M"  # 1K..16M of all ops on 2 gloo ranks: well under a minute on 2 cores
+
 RANK_SCRIPT = rank_script(__name__)
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from "64", "1K", "64M", "1G": powers of 1024, like nccl-tests' -b/-e."""
-    if isinstance(text, int):
-        return text
-    value = str(text).strip().upper()
-    unit = value[-1:] if value[-1:] in "KMG" else ""
-    try:
-        size = int(float(value[: len(value) - len(unit)]) * _UNITS[unit])
-    except (ValueError, OverflowError):
-        raise ParameterError(f"size wants a number with an optional K, M or G: {text!r}") from None
-    if size < 0:
-        raise ParameterError(f"size must not be negative: {text!r}")
-    return size
-
-
-def sweep(min_bytes: int, max_bytes: int, step_factor: int = 2) -> list[int]:
-    """The sizes nccl-tests runs with -f: min, min*f, ... up to max."""
-    if step_factor < 2 or min_bytes < 4 or max_bytes < min_bytes:
-        raise ParameterError(f"need 4 <= min <= max and factor >= 2, got {min_bytes}, "
-                             f"{max_bytes}, {step_factor}")
-    sizes = [min_bytes]
-    while sizes[-1] * step_factor <= max_bytes:
-        sizes.append(sizes[-1] * step_factor)
-    return sizes
-
-
-def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw (doc/PERFORMANCE.md): 2(n-1)/n, (n-1)/n, or 1 for broadcast and reduce."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    return 1.0 if op in ROOTED else (n - 1) / n
-
-
-def bandwidths(op: str, size: int, time_us: float, n: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s for ``size`` bytes (the size column) in ``time_us``."""
-    algbw = size / 1e3 / time_us if time_us > 0 else 0.0
-    return algbw, algbw * bus_factor(op, n)
-
-
-def message_counts(op: str, size: int, n: int) -> tuple[int, int]:
-    """(count column, size column) for a requested size, float32, as nccl-tests rounds them."""
-    count = size // 4
-    if op in PER_RANK:
-        return count // n, count // n * n * 4
-    return count, count * 4
-
-
-def placements(op: str) -> list[bool]:
-    """in_place values run for ``op``: both, or the one form torch has."""
-    return [ONE_FORM[op] == "in-place"] if op in ONE_FORM else [False, True]
-
-
-def resolve_ops(op: str | list[str] | tuple[str, ...]) -> list[str]:
-    """"all", one op, "a,b" or a list, validated, in nccl-tests' order."""
-    names = op.split(",") if isinstance(op, str) else list(op)
-    names = [ALIASES.get(x.strip(), x.strip()) for x in names]
-    if "all" in names:
-        return list(OPS)
-    unknown = sorted(set(names) - set(OPS))
-    if unknown or not names:
-        raise ParameterError(f"unknown collective(s) {unknown}: choose from {', '.join(OPS)}, all")
-    return [o for o in OPS if o in names]
-
-
-@dataclass
-class CollectiveRow:
-    """One nccl-tests result: one (op, size, placement). ``wrong`` is summed over ranks."""
-
-    op: str
-    size: int
-    count: int
-    type: str
-    redop: str
-    root: int
-    time_us: float
-    algbw: float
-    busbw: float
-    wrong: int
-    in_place: bool
-    nranks: int
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import labkit
-from labkit.collectives.bench import REDUCING, ROOTED, bandwidths, message_counts, placements
+from labkit.collectives.formulas import REDUCING, ROOTED, bandwidths, message_counts, placements
 
 STARTED = time.perf_counter()  # before torch is imported: where the init timing starts
 TIMED_SEED, GARBAGE = 99, 1000.0

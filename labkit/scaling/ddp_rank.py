@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import labkit
-from labkit.collectives.bench import bus_factor
+from labkit.collectives.formulas import bus_factor
 from labkit.runtime.dist import setup, teardown
 from labkit.scaling.memory_rank import reset_peak, vm_kib
 
