@@ -18,9 +18,9 @@ from labkit.orchestration.coordination import (
     add_arguments,
     measure_coordination,
     parse_transports,
-    percentile,
     summarize,
 )
+from labkit.runtime.stats import percentile
 
 SAMPLES = 100
 
@@ -55,6 +55,12 @@ def test_percentiles_nearest_rank() -> None:
     values = [float(v) for v in range(1, 101)]
     assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (
         50.0, 99.0, 100.0)
+    # ceil(p / 100 * n), 1-based, on values in any order; p90 of 10 values is the 9th
+    assert percentile([10, 1, 9, 2, 8, 3, 7, 4, 6, 5], 90) == 9
+    assert percentile([4], 1) == percentile([4], 100) == 4
+    for bad in ([], 50), ([1.0], 0), ([1.0], 101):
+        with pytest.raises(ParameterError):
+            percentile(*bad)
     row = summarize("x", [1000, 2000, 3000], True)
     assert (row.p50_us, row.max_us, row.mean_us, row.samples) == (2.0, 3.0, 2.0, 3)
 

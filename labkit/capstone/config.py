@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from labkit.errors import ParameterError
 from labkit.reliability.cadence import cadence_of
+from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import StalenessConfig
-from labkit.training.train import Hyper
 
 if TYPE_CHECKING:
     pass
@@ -125,9 +125,7 @@ class CapstoneConfig:
         if self.lease_ttl_s < 1 or self.learner_timeout_s <= 0 or self.timeout_s <= 0:
             raise ParameterError("need lease_ttl_s >= 1 (renewed every 0.25 s) and positive "
                                  "timeouts")
-        h = self.hyper
-        if h.envs_per_agent < 1 or h.rollout_len < 2 or h.hidden < 1 or h.lr <= 0:
-            raise ParameterError("need envs_per_agent >= 1, rollout_len >= 2, hidden >= 1, lr > 0")
+        self.hyper.validate()
         self.staleness.validate()
 
     def to_json(self) -> str:

@@ -17,6 +17,7 @@ from labkit.errors import LaunchError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 from labkit.capstone.config import FIGURE_FILE, REPORT_FILE, CapstoneConfig, Kill
+from labkit.runtime.stats import percentile
 
 
 def contiguous_runs(times: list[float], gap_s: float = 1.5) -> list[tuple[float, float]]:
@@ -145,10 +146,6 @@ class CapstoneReport:
         return fig
 
 
-def _pct(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def build_report(cfg: CapstoneConfig, log: list[dict[str, Any]], published: dict[str, Any],
                  kill: Kill | None, started: float, ended: float, *, source: str, note: str,
                  series: dict[str, list[list[float]]], alerts: list[dict[str, Any]],
@@ -208,9 +205,9 @@ def build_report(cfg: CapstoneConfig, log: list[dict[str, Any]], published: dict
             "first_update_at_s": rel(first["t"]),
         },
         lag={
-            "mean": round(statistics.fmean(lags), 3), "p50": _pct(lags, 0.5),
-            "p90": _pct(lags, 0.9), "max": lags[-1],
-            "p50_age_s": round(_pct(ages, 0.5), 4), "p90_age_s": round(_pct(ages, 0.9), 4),
+            "mean": round(statistics.fmean(lags), 3), "p50": percentile(lags, 50),
+            "p90": percentile(lags, 90), "max": lags[-1],
+            "p50_age_s": round(percentile(ages, 50), 4), "p90_age_s": round(percentile(ages, 90), 4),
             "staleness": cfg.staleness.method,
             "rollouts_dropped": sum(u.get("dropped", 0) for u in updates),
         },

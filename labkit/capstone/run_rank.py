@@ -1,4 +1,4 @@
-"""The rank side of ``labkit.capstone.run``: ``python -m labkit.runtime.worker capstone_rank.py CONFIG_JSON``.
+"""The rank side of ``labkit.capstone.run``: ``python -m labkit.runtime.worker run_rank.py CONFIG_JSON``.
 
 Roles follow the simulated node, not the rank number, so they stay put when torchrun restarts
 the group: slot ``node * ranks_per_node + local_rank``; slot 0 (node 0, next to the rendezvous
@@ -40,16 +40,16 @@ from labkit.errors import LabkitError
 from labkit.locks.fencing import FencedLock, FencedStore
 from labkit.observability.exporter import RankMetrics
 from labkit.reliability.cadence import cadence_of
-from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint
+from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint, params_sha256
+from labkit.reliability.rng import agent_seed
 from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, evaluate, seed_everything
 from labkit.rl.learner import actor_critic_loss, apply_update
-from labkit.rl.progress import Progress, params_sha256, progress_from_state, progress_state
+from labkit.rl.progress import Progress, progress_from_state, progress_state
 from labkit.runtime.dist import RankInfo, setup, teardown
 from labkit.runtime.launch import NODE_ENV
 from labkit.runtime.publish import RUN_DIR_ENV, publish
 from labkit.runtime.runlog import append_record, read_records
 from labkit.training.actor_learner import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
-from labkit.training.result import agent_seed
 from labkit.training.train import REDIS_ENV
 
 

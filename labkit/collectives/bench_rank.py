@@ -1,6 +1,6 @@
 """The rank side of ``labkit.collectives.bench``: what torchrun runs on every rank.
 
-``python -m labkit.runtime.worker collectives_rank.py CONFIG_JSON``. Mode ``bench`` sweeps the
+``python -m labkit.runtime.worker bench_rank.py CONFIG_JSON``. Mode ``bench`` sweeps the
 collectives the way nccl-tests does (warm-up, one untimed call, barrier, a timed loop, then one
 checked call with known data); mode ``init`` times joining the process group. Rank 0 publishes
 the result as JSON. Tensors live on ``info.device``, so the same code runs on GPUs with NCCL.
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import labkit
 from labkit.collectives.formulas import REDUCING, ROOTED, bandwidths, message_counts, placements
+from labkit.runtime import publish
 
 STARTED = time.perf_counter()  # before torch is imported: where the init timing starts
 TIMED_SEED, GARBAGE = 99, 1000.0
@@ -259,7 +259,7 @@ def init_main() -> dict:
 def main(argv: list[str]) -> None:
     cfg = json.loads(argv[0])
     result = bench_main(cfg) if cfg.get("mode", "bench") == "bench" else init_main()
-    labkit.runtime.publish(result)
+    publish(result)
 
 
 if __name__ == "__main__":

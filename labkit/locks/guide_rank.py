@@ -23,8 +23,8 @@ import time
 import torch
 import torch.distributed as dist
 
-import labkit
 from labkit.locks.guide import max_inside
+from labkit.runtime import publish
 from labkit.runtime.dist import collective_timeout, join_timeout, setup, teardown
 
 MARK = "LABKIT_LOCKS"
@@ -73,7 +73,7 @@ def overlap(rank: int, world: int, ns: str, rounds: int, think_s: float) -> None
         per_round = [max_inside([tuple(g[r].tolist()) for g in gathered]) for r in range(rounds)]
         everyone = [tuple(s) for g in gathered for s in g.tolist()]
         final = int(client.get(key) or 0)
-        labkit.runtime.publish({"ranks": world, "rounds": rounds, "max_inside": max_inside(everyone),
+        publish({"ranks": world, "rounds": rounds, "max_inside": max_inside(everyone),
                         "max_inside_per_round": per_round,
                         "rounds_all_inside": sum(n == world for n in per_round),
                         "expected": world * rounds, "final": final,

@@ -1,7 +1,7 @@
 """The rank side of ``labkit.observability.observe.observe_job``: serve metrics, loop collectives and
 ping-pong until the parent says stop.
 
-``python -m labkit.runtime.worker metrics_rank.py CONFIG_JSON``. Each rank serves its own
+``python -m labkit.runtime.worker observe_rank.py CONFIG_JSON``. Each rank serves its own
 ``/metrics`` on a free loopback port; the ports are all-gathered as a tensor of ints and rank
 0 writes them to the launch folder (no pickle). Every loop: a few timed collectives per op and
 size, then one ping-pong sweep over every ordered pair, then rest. Rank 0 decides when to stop
@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-import labkit
 from labkit.observability.exporter import RankMetrics
 from labkit.observability.observe import PORTS_FILE, STOP_FILE
+from labkit.runtime import publish
 from labkit.runtime.publish import RUN_DIR_ENV
 
 
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> None:
             break
         time.sleep(cfg["interval_s"])
     metrics.close()
-    labkit.runtime.publish({"sweeps": sweeps, "world": world, "backend": info.backend})
+    publish({"sweeps": sweeps, "world": world, "backend": info.backend})
     teardown()
 
 

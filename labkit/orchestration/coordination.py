@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass
 
 from labkit.errors import LaunchError, ParameterError
 from labkit.runtime.rank_script import rank_script
+from labkit.runtime.stats import percentile
 
 TRANSPORTS = ("tcpstore", "barrier", "redis_blpop", "redis_pubsub", "nats_request")
 REDIS_TRANSPORTS = frozenset({"redis_blpop", "redis_pubsub"})
@@ -67,14 +67,6 @@ class CoordinationRow:
     mean_us: float
     max_us: float
     ok: bool
-
-
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list (p in (0, 100])."""
-    if not sorted_values:
-        raise ValueError("percentile of no values")
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 def summarize(transport: str, ns: list[int], ok: bool) -> CoordinationRow:

@@ -22,9 +22,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import labkit
 import labkit.runtime.dist
 from labkit.orchestration.coordination import NATS_ENV, REDIS_ENV
+from labkit.runtime import publish
 
 WAIT_S = 30.0  # longest wait for one reply: a lost message fails the run, it does not hang it
 _PREFIX = "labkit:coordination:"
@@ -270,7 +270,7 @@ def main() -> None:
         dist.all_reduce(both, op=dist.ReduceOp.MIN)  # ok only when both ranks saw it right
         found[name] = {"ok": bool(both.item()), "ns": ns}
     if rank == 0:
-        labkit.runtime.publish({"transports": found})
+        publish({"transports": found})
     labkit.runtime.dist.teardown()
 
 

@@ -42,8 +42,7 @@ from labkit.orchestration.elastic import (
     read_horizon,
 )
 from labkit.reliability.cadence import cadence_of
-from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint
-from labkit.rl.progress import params_sha256
+from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint, params_sha256
 from labkit.runtime.dist import setup, teardown
 from labkit.runtime.launch import NODE_ENV
 from labkit.runtime.publish import publish

@@ -33,6 +33,7 @@ from labkit.reliability.rng import capture_rng, generator_state, restore_rng, se
 
 __all__ = ["CheckpointError", "CheckpointManager", "CheckpointWarning", "IncompatibleCheckpointError",
            "Loaded", "atomic_write", "capture_rng", "generator_state", "model_fingerprint",
+           "params_sha256",
            "restore_rng", "set_generator_state"]
 
 MANIFEST = "manifest.json"
@@ -115,6 +116,15 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     for name, param in inner.named_parameters():
         digest.update(f"{name}:{tuple(param.shape)}:{param.dtype}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def params_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes in order: equal hashes mean bitwise-equal models."""
+    digest = hashlib.sha256()
+    for name, param in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -119,3 +119,8 @@ def set_generator_state(generator: np.random.Generator, state: dict[str, Any]) -
     if want != have:
         raise ParameterError(f"generator state is for a {want} bit generator, this one is {have}")
     generator.bit_generator.state = decoded
+
+
+def agent_seed(seed: int, agent: int, width: int) -> int:
+    """Distinct, reproducible seeds per agent: agent ``a`` uses ``base .. base + width - 1``."""
+    return seed * 1_000_003 + agent * max(1, width) * 101

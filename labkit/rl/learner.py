@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from labkit.rl.agents import ActorCritic, Rollout
+from labkit.rl.hyper import Hyper
 from labkit.rl.returns import gae, vtrace
 from labkit.rl.staleness import StalenessConfig, weight
-from labkit.training.train import Hyper
 
 
 @dataclass

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import torch
 
 from labkit.rl.agents import SOLVED_RETURN, SOLVED_WINDOW
 
@@ -87,13 +84,4 @@ def progress_from_state(text: str) -> Progress:
     return progress
 
 
-def params_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 of every parameter's bytes in order: equal hashes mean bitwise-equal models."""
-    digest = hashlib.sha256()
-    for name, param in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-__all__ = ["Progress", "params_sha256", "progress_from_state", "progress_state"]
+__all__ = ["Progress", "progress_from_state", "progress_state"]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 import itertools
 import json
-import math
 import statistics
 import sys
 import time
@@ -42,9 +41,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-import labkit
 from labkit.collectives.formulas import bus_factor
+from labkit.runtime import publish
 from labkit.runtime.dist import setup, teardown
+from labkit.runtime.stats import percentile
 from labkit.scaling.memory_rank import reset_peak, vm_kib
 
 WIDTH = 1024  # bucket_view model: Linear(1024, 1024) layers, 4 MiB of float32 each
@@ -75,12 +75,6 @@ def per_rank(values: list[float]) -> list[list[float]]:
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
     return [t.tolist() for t in every]
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile, nearest rank (no interpolation)."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(len(ordered) * q / 100) - 1))]
 
 
 def rss_mb(base_kib: int) -> tuple[float, float]:
@@ -304,7 +298,7 @@ def main() -> None:
     rows = bucket_view(cfg) if cfg["bench"] == "bucket_view" else agents(cfg)
     for row in rows:
         row["world_size"] = info.world_size
-    labkit.runtime.publish(rows)
+    publish(rows)
     leave()
 
 

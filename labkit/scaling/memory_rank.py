@@ -17,7 +17,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-import labkit
+from labkit.runtime import publish
 
 DIM = 256  # float32 per row: 1 KiB rows
 BATCH = 512
@@ -143,7 +143,7 @@ def main() -> None:
     every = [torch.empty(3, dtype=torch.float64) for _ in range(world)]
     dist.all_gather(every, mine)
     if rank == 0:
-        labkit.runtime.publish({"mode": mode, "world_size": world, "rows_per_agent": rows,
+        publish({"mode": mode, "world_size": world, "rows_per_agent": rows,
                         "rss_extra_mb": [round(float(t[0]), 2) for t in every],
                         "rss_peak_extra_mb": [round(float(t[1]), 2) for t in every],
                         "sample_ok": [bool(t[2]) for t in every]})

@@ -22,12 +22,13 @@ from labkit.buffers.frame import Experience, decode, encode
 from labkit.buffers.kinds import open_buffer
 from labkit.errors import LabkitError, ServiceError
 from labkit.reliability.faults import maybe_inject, parse_faults
+from labkit.reliability.rng import agent_seed
 from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, seed_everything
 from labkit.rl.learner import actor_critic_loss, apply_update
 from labkit.rl.progress import Progress
 from labkit.runtime.dist import RankInfo
 from labkit.services.base import redact
-from labkit.training.result import agent_seed, lag_stats, summarize
+from labkit.training.result import lag_stats, summarize
 from labkit.training.train import REDIS_ENV, TrainConfig
 
 HEARTBEAT_EVERY_S = 0.25

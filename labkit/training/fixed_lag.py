@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labkit.errors import LabkitError, ParameterError
+from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import METHODS, StalenessConfig
-from labkit.training.train import Hyper
 
 
 @dataclass(frozen=True)

@@ -7,31 +7,23 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from labkit.reliability.checkpoint import params_sha256
 from labkit.rl.agents import ActorCritic, evaluate
-from labkit.rl.progress import Progress, params_sha256
+from labkit.rl.progress import Progress
+from labkit.runtime.stats import percentile
 from labkit.training.train import TrainConfig
-
-
-def agent_seed(seed: int, agent: int, width: int) -> int:
-    """Distinct, reproducible seeds per agent: agent ``a`` uses ``base .. base + width - 1``."""
-    return seed * 1_000_003 + agent * max(1, width) * 101
 
 
 def lag_stats(lags: list[int], ages_s: list[float]) -> dict[str, Any]:
     """Lag in policy versions (histogram and percentiles) and in seconds, over rollouts."""
     if not lags:
         return {"mean_lag": None, "lag_hist": {}}
-    ordered = sorted(lags)
-
-    def pct(q: float) -> int:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
     return {
         "mean_lag": round(statistics.fmean(lags), 3),
-        "p50_lag": pct(0.5), "p90_lag": pct(0.9), "max_lag": ordered[-1],
+        "p50_lag": percentile(lags, 50), "p90_lag": percentile(lags, 90), "max_lag": max(lags),
         "lag_hist": {str(k): v for k, v in sorted(Counter(lags).items())},
-        "p50_age_s": round(statistics.median(ages_s), 4),
-        "p90_age_s": round(sorted(ages_s)[int(0.9 * (len(ages_s) - 1))], 4),
+        "p50_age_s": round(percentile(ages_s, 50), 4),
+        "p90_age_s": round(percentile(ages_s, 90), 4),
     }
 
 

@@ -25,13 +25,13 @@ from torch.nn.parallel import DistributedDataParallel
 from labkit.reliability.cadence import cadence_of
 from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint
 from labkit.reliability.faults import maybe_inject, parse_faults, save_hook
-from labkit.reliability.rng import capture_rng, restore_rng
+from labkit.reliability.rng import agent_seed, capture_rng, restore_rng
 from labkit.rl.agents import ActorCritic, EnvPool, collect, seed_everything
 from labkit.rl.learner import actor_critic_loss, apply_update
 from labkit.rl.progress import Progress, progress_from_state, progress_state
 from labkit.rl.staleness import StalenessConfig
 from labkit.runtime.dist import RankInfo
-from labkit.training.result import agent_seed, summarize
+from labkit.training.result import summarize
 from labkit.training.train import TrainConfig, sync_iterations
 
 MIN_EPISODE_STEPS = 8  # no CartPole episode is shorter: bounds the episodes one rollout ends

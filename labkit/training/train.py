@@ -24,6 +24,7 @@ from typing import Any
 
 from labkit.errors import LaunchError, ParameterError
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
+from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import METHODS, StalenessConfig
 from labkit.runtime.rank_script import rank_script
 
@@ -31,22 +32,6 @@ MODES = ("sync", "async")
 BUFFERS = ("list", "stream")
 RANK_SCRIPT = rank_script(__name__)
 REDIS_ENV = "LABKIT_TRAIN_REDIS_URL"  # how ranks find the server (env, not argv: it has a password)
-
-
-@dataclass(frozen=True)
-class Hyper:
-    """Learning settings shared by both modes (defaults solve CartPole on a laptop CPU)."""
-
-    envs_per_agent: int = 8  # CartPole environments each agent steps together
-    rollout_len: int = 32  # steps per environment in one rollout
-    hidden: int = 64  # width of the policy and value MLPs
-    lr: float = 2.5e-3  # Adam learning rate
-    gamma: float = 0.99  # discount
-    gae_lambda: float = 0.95  # GAE lambda, also the trace discount of V-trace
-    entropy_coef: float = 0.01  # entropy bonus: keeps exploring
-    value_coef: float = 0.5  # weight of the critic's loss
-    max_grad_norm: float = 0.5  # clip_grad_norm_ after backward, before the step
-    normalize_advantages: bool = False  # scale advantages to mean 0, std 1 per batch (unstable with stale data)
 
 
 @dataclass
@@ -123,9 +108,7 @@ class TrainConfig:
         if self.world_size % self.nnodes:
             raise ParameterError(
                 f"{self.world_size} ranks do not split evenly over {self.nnodes} nodes")
-        h = self.hyper
-        if h.envs_per_agent < 1 or h.rollout_len < 2 or h.hidden < 1 or h.lr <= 0:
-            raise ParameterError("need envs_per_agent >= 1, rollout_len >= 2, hidden >= 1, lr > 0")
+        self.hyper.validate()
         self.staleness.validate()
 
     @property
@@ -285,4 +268,4 @@ def sync_iterations(cfg: TrainConfig) -> int:
     return math.ceil(cfg.steps / cfg.rollout_steps)
 
 
-__all__ = ["MODES", "Hyper", "TrainConfig", "add_arguments", "config_from_args", "run", "train"]
+__all__ = ["MODES", "TrainConfig", "add_arguments", "config_from_args", "run", "train"]
