@@ -28,12 +28,14 @@ import math
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.base import redact, scrub_secrets
+from labkit.services.base import parent_death_signal, redact, scrub_secrets
 
 if TYPE_CHECKING:
     import redis
@@ -286,3 +288,23 @@ class Heartbeat:
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             self._beat(periodic=True)
             due = max(due + self.interval_s, time.monotonic())
+
+
+def spawn_agent(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,
+                step_s: float = 0.1, steps: int | None = None,
+                stderr: IO[Any] | int | None = None) -> subprocess.Popen[bytes]:
+    """Starts ``python -m labkit.orchestration.control_agent agent`` in its own session (Ctrl-C in a terminal does
+    not reach it; it gets SIGTERM if this thread's process dies). The URL goes in the
+    environment, not argv. The caller kills and reaps it."""
+    _check_name("job", job)
+    _check_name("name", name)
+    _check_timing(ttl_s, interval_s)
+    argv = [sys.executable, "-m", "labkit.orchestration.control_agent", "agent", "--job", job, "--name", name,
+            "--ttl-s", repr(float(ttl_s)), "--interval-s", repr(float(interval_s)),
+            "--step-s", repr(_check_seconds("step_s", step_s))]
+    if steps is not None:
+        argv += ["--steps", str(int(steps))]
+    env = {**os.environ, URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=stderr,
+                            start_new_session=True, preexec_fn=parent_death_signal())

@@ -12,49 +12,24 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.base import parent_death_signal
 from labkit.services.redis_server import REDIS_URL_ENV
 
 if TYPE_CHECKING:
     pass
 from labkit.orchestration.control import (
     DRAIN_S,
-    JOB_ENV,
     URL_ENV,
     Heartbeat,
-    _check_name,
     _check_seconds,
-    _check_timing,
 )
 from labkit.orchestration.fleet import status_main
-
-
-def spawn_agent(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,
-                step_s: float = 0.1, steps: int | None = None,
-                stderr: IO[Any] | int | None = None) -> subprocess.Popen[bytes]:
-    """Starts ``python -m labkit.orchestration.control_agent agent`` in its own session (Ctrl-C in a terminal does
-    not reach it; it gets SIGTERM if this thread's process dies). The URL goes in the
-    environment, not argv. The caller kills and reaps it."""
-    _check_name("job", job)
-    _check_name("name", name)
-    _check_timing(ttl_s, interval_s)
-    argv = [sys.executable, "-m", "labkit.orchestration.control_agent", "agent", "--job", job, "--name", name,
-            "--ttl-s", repr(float(ttl_s)), "--interval-s", repr(float(interval_s)),
-            "--step-s", repr(_check_seconds("step_s", step_s))]
-    if steps is not None:
-        argv += ["--steps", str(int(steps))]
-    env = {**os.environ, URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=stderr,
-                            start_new_session=True, preexec_fn=parent_death_signal())
 
 
 def agent_main(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,

@@ -25,8 +25,8 @@ from labkit.orchestration.control import (
     _check_seconds,
     _check_timing,
     dead_after_s,
+    spawn_agent,
 )
-from labkit.orchestration.control_agent import spawn_agent
 from labkit.orchestration.fleet import AgentStatus, fleet_status, forget
 
 

@@ -3,10 +3,12 @@
 - ``dist``: what a rank knows about itself (``RankInfo``) and how it joins the process group.
 - ``launch``: ``torchrun`` on simulated nodes on this machine, or on real hosts; ``Fleet``
   events (a node that starts late, is preempted, killed or frozen).
+- ``rank_script``: how a driver finds the script its ranks run (``topic/X.py`` beside
+  ``topic/X_rank.py``).
 - ``cluster``: hosts from a hostfile or Slurm; ``worker``: what a rank runs inside torchrun.
 - ``publish``: what rank 0 hands back to the notebook, as JSON.
-- ``proctree``, ``ports``, ``runlog``, ``pace``: process trees, free ports, JSON-lines logs and
-  the speed of this machine, measured, for limits that hold on any machine.
+- ``proctree``, ``ports``, ``runlog``, ``pace``, ``stats``: process trees, free ports, JSON-lines
+  logs, the speed of this machine (measured, for limits that hold on any machine), percentiles.
 - ``netlab``: network namespaces as simulated hosts; ``magic``: the ``%%torchrun`` cell magic.
 
 In a ``%%torchrun`` cell or a rank script::
