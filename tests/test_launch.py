@@ -25,12 +25,8 @@ import pytest
 from labkit.errors import LabkitError, LaunchError
 from labkit.runtime import launch
 from labkit.runtime.cluster import launch_hosts, slurm_script, ssh_commands
-from labkit.runtime.launch import (
-    LaunchTimeoutError,
-    RankFailedError,
-    launch_code,
-    launch_local,
-)
+from labkit.runtime.failures import LaunchTimeoutError, RankFailedError
+from labkit.runtime.launch import launch_code, launch_local
 from labkit.runtime.ports import free_port
 from labkit.runtime.worker import PrefixedLines
 

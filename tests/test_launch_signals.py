@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.runtime.launch import RankSignaledError, launch_local
+from labkit.runtime.failures import RankSignaledError
+from labkit.runtime.launch import launch_local
 from labkit.runtime.worker import STDERR_TAILS_ENV, StderrTail
 
 

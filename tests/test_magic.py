@@ -11,7 +11,7 @@ from traitlets.config import Config
 
 from labkit.errors import ParameterError
 from labkit.runtime import magic
-from labkit.runtime.launch import RankFailedError
+from labkit.runtime.failures import RankFailedError
 from labkit.runtime.magic import cell_script, parse_env
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from labkit.runtime import netlab
-from labkit.runtime.launch import RankFailedError, launch_local
+from labkit.runtime.failures import RankFailedError
+from labkit.runtime.launch import launch_local
 from labkit.runtime.netlab import PREFIX, NetLab, NetLabError, cleanup_stale, tbf_args
 
 OK, WHY = netlab.available()

@@ -13,7 +13,7 @@ from labkit.errors import ParameterError
 from labkit.rl.agents import RANDOM_POLICY_RETURN
 from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import StalenessConfig
-from labkit.runtime.launch import RankFailedError
+from labkit.runtime.failures import RankFailedError
 from labkit.training.train import TrainConfig, add_arguments, config_from_args, train
 
 LEARNED = 2 * RANDOM_POLICY_RETURN

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.errors import LaunchError
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields
-from labkit.runtime.launch import Echo, Fleet
+from labkit.runtime.fleet import Fleet
+from labkit.runtime.launch import Echo
 from labkit.runtime.rank_script import rank_script
 from labkit.runtime.runlog import LogTail, read_records
 

@@ -46,7 +46,6 @@ from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, evaluate, s
 from labkit.rl.learner import actor_critic_loss, apply_update
 from labkit.rl.progress import Progress, progress_from_state, progress_state
 from labkit.runtime.dist import RankInfo, setup, teardown
-from labkit.runtime.launch import NODE_ENV
 from labkit.runtime.publish import RUN_DIR_ENV, publish
 from labkit.runtime.runlog import append_record, read_records
 from labkit.training.actor_learner import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
@@ -78,9 +77,9 @@ def main(argv: list[str]) -> None:
     cfg = CapstoneConfig.from_json(argv[0])
     torch.set_num_threads(1)
     info = setup()
-    node = int(os.environ.get(NODE_ENV, info.node_rank))
-    slot = node * cfg.ranks_per_node + int(os.environ.get("LOCAL_RANK", "0"))
-    keys = redis_keys(os.environ.get("TORCHELASTIC_RUN_ID", "local"))
+    node = info.node
+    slot = node * cfg.ranks_per_node + info.local_rank
+    keys = redis_keys(info.run_id)
     url = os.environ[REDIS_ENV]
     store = FencedPolicyStore(url, keys.namespace, cfg.learner_timeout_s)
     start = int(store.redis.incr(keys.starts(slot)))  # this slot's incarnation, 1 = first

@@ -40,7 +40,8 @@ from labkit.errors import ParameterError
 from labkit.orchestration.control import JOB_ENV, URL_ENV
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.runtime.dist import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
-from labkit.runtime.launch import Echo, Fleet, FleetEvent, launch_local
+from labkit.runtime.fleet import Fleet, FleetEvent
+from labkit.runtime.launch import Echo, launch_local
 from labkit.runtime.pace import startup_allowance_s
 from labkit.runtime.rank_script import rank_script
 from labkit.runtime.runlog import LogTail, read_records

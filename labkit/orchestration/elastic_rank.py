@@ -44,7 +44,6 @@ from labkit.orchestration.elastic import (
 from labkit.reliability.cadence import cadence_of
 from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint, params_sha256
 from labkit.runtime.dist import setup, teardown
-from labkit.runtime.launch import NODE_ENV
 from labkit.runtime.publish import publish
 from labkit.runtime.runlog import append_record, read_records
 
@@ -120,13 +119,13 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
     torch.set_num_threads(1)
     info = setup()
-    node = int(os.environ.get(NODE_ENV, info.node_rank))
+    node = info.node
     beat = None  # with a control plane configured, each rank reports its state and step
     if os.environ.get(URL_ENV) and os.environ.get(JOB_ENV):
         beat = Heartbeat(os.environ[URL_ENV], os.environ[JOB_ENV],
-                         f"node{node}.rank{os.environ.get('LOCAL_RANK', '0')}",
+                         f"node{node}.rank{info.local_rank}",
                          ttl_s=3.0, interval_s=1.0, node=node, rank=info.rank).start()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    attempt = info.restart_count
     folder = Path(cfg.ckpt_dir)
     log = folder / PROGRESS_FILE
     model = make_model(cfg)

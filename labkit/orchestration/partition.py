@@ -142,7 +142,8 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
     counted from the cut; every process it started is ended and the lab is healed and closed in
     any case."""
     from labkit.runtime.dist import TIMEOUT_ENV
-    from labkit.runtime.launch import Fleet, launch_local
+    from labkit.runtime.fleet import Fleet
+    from labkit.runtime.launch import launch_local
     from labkit.runtime.pace import startup_allowance_s
 
     if nodes < 2 or not 0 <= cut_node < nodes:

@@ -12,33 +12,33 @@ faults injected on cue to prove it.
 from __future__ import annotations
 
 from labkit.reliability.cadence import (
+    CheckpointCadence,
     add_cadence_arguments,
     cadence_fields,
     cadence_of,
-    CheckpointCadence,
 )
 from labkit.reliability.checkpoint import (
-    atomic_write,
     CheckpointError,
     CheckpointManager,
     CheckpointWarning,
     IncompatibleCheckpointError,
     Loaded,
+    atomic_write,
     model_fingerprint,
     params_sha256,
 )
 from labkit.reliability.faults import (
-    corrupt_checkpoint,
-    FaultPlan,
     FAULTS_ENV,
+    KINDS,
+    VALID_FORMS,
+    FaultPlan,
+    corrupt_checkpoint,
     faults_from_env,
     kill_node,
-    KINDS,
     maybe_inject,
     parse_faults,
     save_hook,
     torchrun_agent_pid,
-    VALID_FORMS,
 )
 from labkit.reliability.rng import (
     agent_seed,

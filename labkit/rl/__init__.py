@@ -14,25 +14,25 @@ update, and what a learner does with stale experience.
 from __future__ import annotations
 
 from labkit.rl.agents import (
-    ActorCritic,
-    collect,
     ENV_ID,
-    EnvPool,
-    evaluate,
     RANDOM_POLICY_RETURN,
-    Rollout,
-    seed_everything,
     SOLVED_RETURN,
     SOLVED_WINDOW,
     STRAGGLER_SLEEP_S,
+    ActorCritic,
+    EnvPool,
+    Rollout,
+    collect,
+    evaluate,
+    seed_everything,
 )
 from labkit.rl.hyper import (
     Hyper,
 )
 from labkit.rl.learner import (
+    LossInfo,
     actor_critic_loss,
     apply_update,
-    LossInfo,
 )
 from labkit.rl.progress import (
     Progress,

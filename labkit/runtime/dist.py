@@ -26,6 +26,7 @@ TIMEOUT_ENV = "LABKIT_COLLECTIVE_TIMEOUT"
 JOIN_TIMEOUT_ENV = "LABKIT_JOIN_TIMEOUT"
 BACKEND_ENV = "LABKIT_BACKEND"  # force a backend: gloo or nccl
 SIMULATED_ENV = "LABKIT_SIMULATED_NODES"  # set by labkit's launcher: every rank on this host
+NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
 DEFAULT_TIMEOUT_S = 60.0
 """Lab default for collectives; override with LABKIT_COLLECTIVE_TIMEOUT."""
 DEFAULT_JOIN_TIMEOUT_S = 300.0
@@ -50,6 +51,18 @@ class RankInfo:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def node(self) -> int:
+        """The node this rank runs on, the same after a restart: labkit's launcher numbers its
+        simulated nodes (``$LABKIT_NODE``); elsewhere torchrun's ``node_rank``, which the
+        rendezvous may hand out differently after a re-form."""
+        return _env_int(NODE_ENV, self.node_rank)
+
+    @property
+    def run_id(self) -> str:
+        """torchrun's ``--rdzv-id`` (``$TORCHELASTIC_RUN_ID``): one per job, kept over restarts."""
+        return os.environ.get("TORCHELASTIC_RUN_ID") or "local"
 
     def to_dict(self) -> dict:
         return asdict(self)

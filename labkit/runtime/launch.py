@@ -11,17 +11,13 @@ For a real cluster, ``labkit.runtime.cluster`` writes the same job as one torchr
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,114 +27,27 @@ from typing import Any, Protocol
 
 from labkit.errors import LaunchError, ParameterError
 from labkit.runtime.dist import SIMULATED_ENV
+from labkit.runtime.failures import (
+    LaunchTimeoutError,
+    RankFailedError,
+    RankFailure,
+    RankSignaledError,
+    collect_failures,
+)
+from labkit.runtime.fleet import Fleet, FleetEvent
 from labkit.runtime.ports import free_port
-from labkit.runtime.proctree import MARK_ENV, children, end_launch
+from labkit.runtime.proctree import MARK_ENV, end_launch
 from labkit.runtime.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
-from labkit.runtime.worker import STDERR_TAILS_ENV, StderrTail
+from labkit.runtime.worker import STDERR_TAILS_ENV
 
 FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to record their errors
-NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
+
+
 LAST_CALL_S = 2  # elastic rendezvous: how long a round waits for more nodes past the minimum
+
 MORE_SHOWN = 5  # a failed job's error: ranks that failed after the first, one line each
 
 Echo = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class RankFailure:
-    """One rank that failed: it raised (``traceback`` is the Python one), or its process exited
-    non-zero without one or was killed by a signal (``exitcode``, as torchrun reports it,
-    and ``stderr``, the last lines the process wrote there)."""
-
-    rank: int
-    node: int
-    restart: int
-    time: float
-    error: str
-    traceback: str
-    exitcode: int | None = None  # negative: killed by that signal; None: the rank raised
-    stderr: tuple[str, ...] = ()
-
-    @property
-    def signal(self) -> str | None:
-        """The signal that killed the rank process (``"SIGABRT"``), None if it was none."""
-        return signal_name(self.exitcode)
-
-
-def signal_name(exitcode: int | None) -> str | None:
-    """The signal a negative exit code stands for (-6: ``"SIGABRT"``), else None."""
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
-
-SIGNAL_HINTS = {
-    "SIGABRT": "native code aborted: std::terminate (\"terminate called ...\": a C++ exception "
-               "nobody caught, or a thread ended inside C++), a failed assertion or a fatal "
-               "Python error; its message, if it wrote one, is in the lines above.",
-    "SIGSEGV": "a segmentation fault: native code (an extension, a library) touched memory it "
-               "does not own; the Python stack above shows the call that got there.",
-    "SIGKILL": "sent from outside the process: the kernel's out-of-memory killer (see `dmesg`), "
-               "a scheduler, or kill -9.",
-}
-# faulthandler's report names the wrapper's and runpy's frames and every extension module
-_NOISE = re.compile(r'^\s*File "(<frozen runpy>|.*[/\\]labkit[/\\]runtime[/\\]worker\.py)"'
-                    r"|^Extension modules: ")
-
-
-def describe_exit(exitcode: int) -> str:
-    """How a rank process ended, in words: ``killed by SIGABRT (signal 6)``."""
-    name = signal_name(exitcode)
-    if name is None:
-        return f"exited with code {exitcode} without a Python traceback"
-    return f"killed by {name} (signal {-exitcode})" if name.startswith("SIG") \
-        else f"killed by {name}"
-
-
-def _failure_details(failure: RankFailure) -> str:
-    """The traceback, or for a process that ended without one its last stderr lines."""
-    if failure.traceback:
-        return failure.traceback
-    shown = [f"  {line}" for line in failure.stderr if not _NOISE.search(line)]
-    lines = [f"Last lines rank {failure.rank} wrote to stderr:", *shown] if shown \
-        else [f"Rank {failure.rank} wrote nothing to stderr."]
-    if hint := SIGNAL_HINTS.get(failure.signal or ""):
-        lines.append(f"{failure.signal}: {hint}")
-    return "\n".join(lines)
-
-
-def _one_line(failure: RankFailure, width: int = 160) -> str:
-    error = failure.error.splitlines()[0] if failure.error else ""
-    error = error if len(error) <= width else error[:width - 3] + "..."
-    return f"rank {failure.rank} (node {failure.node}, restart {failure.restart}): {error}"
-
-
-class RankFailedError(LaunchError):
-    """A rank raised or exited non-zero; ``str(err)`` carries that rank's traceback (or, for a
-    process that ended without one, its last stderr lines) and a line for each rank that
-    failed after it (``others``)."""
-
-    def __init__(self, failure: RankFailure, others: Sequence[RankFailure] = ()) -> None:
-        self.failure, self.others = failure, list(others)
-        more = "".join(f"\n  then {_one_line(f)}" for f in self.others[:MORE_SHOWN])
-        if len(self.others) > MORE_SHOWN:
-            more += f"\n  then {len(self.others) - MORE_SHOWN} more rank(s)"
-        super().__init__(
-            f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
-            f"{failure.error}{more}\n\n{_failure_details(failure)}"
-        )
-
-
-class RankSignaledError(RankFailedError):
-    """A rank process was killed by a signal (SIGABRT, SIGSEGV, SIGKILL, ...):
-    ``failure.signal`` names it, ``failure.stderr`` holds its last stderr lines."""
-
-
-class LaunchTimeoutError(LaunchError):
-    """The job ran past its timeout; every process of it was ended."""
 
 
 @dataclass
@@ -299,134 +208,6 @@ def local_node_command(
     ]
 
 
-def _pump(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a text stream)
-    for line in stream:
-        line = line.rstrip("\n")
-        lines.put(line if line.startswith("[node") else f"[{label}] {line}")
-    stream.close()
-
-
-@dataclass(frozen=True)
-class FleetEvent:
-    """Something a scheduler did to a node during a launch, ``seconds`` after it started."""
-
-    seconds: float
-    node: int
-    action: str  # "start", "terminate" (SIGTERM: a preemption notice), "kill", "kill_rank",
-    # "freeze"
-
-
-class Fleet:
-    """The running agents of one launch, as a scheduler sees them: start a node late (scale
-    up), send it a preemption notice (SIGTERM to its torchrun agent, which forwards it to its
-    ranks and gives them 30 s) or take it away hard (SIGKILL the agent and its ranks).
-
-    ``launch_local(on_tick=f)`` calls ``f(fleet)`` about every 50 ms while the job runs."""
-
-    def __init__(self, commands: list[list[str]], labels: list[str], env: dict[str, str],
-                 lines: queue.Queue) -> None:
-        self._commands, self._labels, self._env, self._lines = commands, labels, env, lines
-        self.procs: list[subprocess.Popen | None] = [None] * len(commands)
-        self.pumps: list[threading.Thread] = []
-        self.events: list[FleetEvent] = []
-        self.departed: set[int] = set()  # nodes terminated, killed or frozen on purpose
-        self.frozen: dict[int, list[int]] = {}  # node: its stopped pids (agent first)
-        self.started_at = time.monotonic()
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.started_at
-
-    def _record(self, node: int, action: str) -> None:
-        self.events.append(FleetEvent(round(self.elapsed_s, 3), node, action))
-
-    def start(self, node: int) -> None:
-        """Start node ``node``'s agent (once); in an elastic job it joins the running one."""
-        if self.procs[node] is not None:
-            raise LaunchError(f"node {node} was started already")
-        proc = subprocess.Popen(
-            self._commands[node], env={**self._env, NODE_ENV: str(node)}, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
-            start_new_session=True,
-        )
-        self.procs[node] = proc
-        pump = threading.Thread(target=_pump, args=(proc.stdout, self._labels[node], self._lines),
-                                daemon=True)
-        pump.start()
-        self.pumps.append(pump)
-        self._record(node, "start")
-
-    def running(self, node: int) -> bool:
-        proc = self.procs[node]
-        return proc is not None and proc.poll() is None and node not in self.departed
-
-    def terminate(self, node: int) -> None:
-        """A preemption notice: SIGTERM to the node's agent (torchrun passes it to its ranks)."""
-        self._signal(node, signal.SIGTERM, "terminate")
-
-    def kill(self, node: int) -> None:
-        """The node is gone at once: SIGKILL its agent and the agent's ranks (torchrun ranks
-        live in sessions of their own and would outlive a killed agent)."""
-        proc = self.procs[node]
-        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
-        self._signal(node, signal.SIGKILL, "kill")
-        for pid in ranks:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def kill_rank(self, node: int, pid: int) -> None:
-        """One rank process dies (an OOM kill, a segfault): SIGKILL ``pid``, a rank of
-        ``node``. Its agent stays and, with restarts left, re-forms the group."""
-        proc = self.procs[node]
-        if proc is None or proc.poll() is not None or pid not in children(proc.pid):
-            raise LaunchError(f"pid {pid} is not a running rank of node {node}")
-        os.kill(pid, signal.SIGKILL)
-        self._record(node, "kill_rank")
-
-    def freeze(self, node: int) -> None:
-        """The node stops answering but its sockets stay open (a hung host, a network that
-        drops packets): SIGSTOP its agent and ranks. Peers learn only from their timeouts."""
-        proc = self.procs[node]
-        ranks = children(proc.pid) if proc is not None and proc.poll() is None else []
-        self._signal(node, signal.SIGSTOP, "freeze")
-        self.frozen[node] = [proc.pid, *ranks]
-        for pid in ranks:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-
-    def unfreeze_all(self) -> None:
-        """SIGKILL what was frozen: a stopped process would sit on a SIGTERM forever."""
-        for pids in self.frozen.values():
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self.frozen.clear()
-
-    @property
-    def waiting_for(self) -> list[subprocess.Popen]:
-        """The agents the job still waits for: started, not frozen, not exited."""
-        return [p for node, p in enumerate(self.procs)
-                if p is not None and node not in self.frozen and p.poll() is None]
-
-    def _signal(self, node: int, sig: int, action: str) -> None:
-        proc = self.procs[node]
-        if proc is None or proc.poll() is not None:
-            raise LaunchError(f"node {node} is not running")
-        self.departed.add(node)
-        proc.send_signal(sig)
-        self._record(node, action)
-
-    @property
-    def started(self) -> list[subprocess.Popen]:
-        return [p for p in self.procs if p is not None]
-
-
 def run_agents(
     commands: list[list[str]],
     labels: list[str],
@@ -491,60 +272,6 @@ def run_agents(
             pump.join(timeout=5)
         drain()
     return [None if p is None else p.returncode for p in fleet.procs], output, timed_out, fleet
-
-
-def _read_failures(run_dir: Path) -> list[RankFailure]:
-    failures = []
-    for path in (run_dir / "failures").glob("*.json"):
-        try:
-            failures.append(RankFailure(**json.loads(path.read_text())))
-        except (ValueError, TypeError):
-            continue  # a rank killed mid-write leaves half a file: nothing to report from it
-    return failures
-
-
-# torchrun's agent reports every worker process that failed, by pid: a log line as it sees the
-# first one fail, and the ChildFailedError summary (every failed one) when it gives up.
-TORCHRUN_EXIT_REPORTS = (
-    re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+ \(pid: (\d+)\)"),
-    re.compile(r"exitcode\s*: (-?\d+) \(pid: (\d+)\)"),
-)
-
-
-def torchrun_exits(output: Sequence[str]) -> dict[int, int]:
-    """pid -> exit code of every rank process torchrun's agents reported failed (negative: the
-    signal that killed it), read from the agents' output lines."""
-    exits = {}
-    for line in output:
-        if line.startswith("[node"):
-            continue  # a rank's own output, not its agent's
-        for pattern in TORCHRUN_EXIT_REPORTS:
-            if match := pattern.search(line):
-                exits[int(match[2])] = int(match[1])
-    return exits
-
-
-def exit_failures(exits: dict[int, int], tails: dict[int, StderrTail],
-                  explained: set[tuple[int, int]]) -> list[RankFailure]:
-    """A failure for each rank process torchrun reported (pid -> exit code) that recorded no
-    Python error itself (``explained``: (rank, restart) pairs that did): who it was, when it
-    ended and its last stderr lines come from its stderr tap."""
-    failures = []
-    for pid, code in exits.items():
-        tail = tails.get(pid)
-        if tail is None or (tail.rank, tail.restart) in explained:
-            continue
-        failures.append(RankFailure(tail.rank, tail.node, tail.restart, tail.ended,
-                                    describe_exit(code), "", exitcode=code, stderr=tail.lines))
-    return failures
-
-
-def collect_failures(run_dir: Path, tails_dir: Path, output: Sequence[str]) -> list[RankFailure]:
-    """Every rank that raised (its own record) or whose process torchrun saw fail, by time."""
-    raised = _read_failures(run_dir)
-    ended = exit_failures(torchrun_exits(output), StderrTail.read_all(tails_dir),
-                          {(f.rank, f.restart) for f in raised})
-    return sorted(raised + ended, key=lambda f: f.time)
 
 
 def _restart_env(max_restarts: int) -> dict[str, str]:

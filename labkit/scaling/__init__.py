@@ -10,25 +10,25 @@ from __future__ import annotations
 
 from labkit.scaling.ddp import (
     AGENT_MODES,
-    AgentRow,
-    bucket_view_saving,
-    BucketViewRow,
     DEFAULT_AGENT_MODES,
     FSDP_TOLERANCE,
     MALLOC_ENV,
+    PARTS,
+    AgentRow,
+    BucketViewRow,
+    bucket_view_saving,
     measure_agents,
     measure_bucket_view,
     measure_bucket_views,
     measure_ddp,
-    PARTS,
     problems,
 )
 from labkit.scaling.memory import (
+    MODES,
+    MemoryRow,
     add_memory_arguments,
     measure_memory,
     measure_one,
-    MemoryRow,
-    MODES,
     run_memory,
 )
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from labkit.training.actor_learner import (
     HEARTBEAT_EVERY_S,
+    POLL_S,
     LearnerLostError,
     PolicyStore,
-    POLL_S,
     run_async,
     wait_for_turn,
 )
 from labkit.training.compare import (
-    compare,
     KEYS,
+    compare,
 )
 from labkit.training.result import (
     lag_stats,
@@ -42,10 +42,10 @@ from labkit.training.sync import (
     run_sync,
 )
 from labkit.training.train import (
-    config_from_args,
     MODES,
-    train,
     TrainConfig,
+    config_from_args,
+    train,
 )
 
 __all__ = [

@@ -114,7 +114,7 @@ def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
     url = os.environ.get(REDIS_ENV)
     if not url:
         raise LabkitError(f"async training needs ${REDIS_ENV} (labkit.training.train sets it)")
-    namespace = f"train:{os.environ.get('TORCHELASTIC_RUN_ID', 'local')}"
+    namespace = f"train:{info.run_id}"
     store = PolicyStore(url, namespace, cfg.learner_timeout_s)
     role = "the learner" if info.rank == 0 else f"actor {info.rank - 1}"
     try:

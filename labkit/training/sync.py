@@ -106,7 +106,7 @@ def run_sync(cfg: TrainConfig, info: RankInfo) -> dict[str, Any]:
     delayed = torch.tensor([pool.delayed_s], device=info.device)
     dist.all_reduce(delayed)
     pool.close()
-    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    restarts = info.restart_count
     return summarize(
         cfg, progress, model, env_steps=progress.env_steps, straggler_delay_s=float(delayed),
         lag=None, restarts=restarts, resumed_from_step=start if resumed else None,
