@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import ParameterError
-from labkit.orchestration.elastic import (
+from labkit.orchestration import (
     ElasticConfig,
     Horizon,
     NodeChange,
-    _Scheduler,
     check_plan,
     parse_changes,
-    reference_loss,
     run_elastic,
 )
+from labkit.orchestration.elastic import _Scheduler
+from labkit.orchestration.elastic_model import reference_loss
 
 # Node 1's torchrun agent starts only once the first group has formed without it: what a node
 # that boots more than the rendezvous' last call after node 0 does on a busy machine.

@@ -16,42 +16,61 @@
 
 from __future__ import annotations
 
-from labkit.capstone.config import (
-    FIGURE_FILE,
-    LOG_FILE,
-    PIDS_DIR,
-    PORTS_ENV,
-    REPORT_FILE,
-    CapstoneConfig,
-    Kill,
-    RedisKeys,
-    redis_keys,
-)
-from labkit.capstone.report import (
-    CapstoneReport,
-    build_report,
-    contiguous_runs,
-    with_breaks,
-)
-from labkit.capstone.run import (
-    PROMQL,
-    run_capstone,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "build_report",
-    "CapstoneConfig",
-    "CapstoneReport",
-    "contiguous_runs",
-    "FIGURE_FILE",
-    "Kill",
-    "LOG_FILE",
-    "PIDS_DIR",
-    "PORTS_ENV",
-    "PROMQL",
-    "redis_keys",
-    "RedisKeys",
-    "REPORT_FILE",
-    "run_capstone",
-    "with_breaks",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.capstone.config import (
+        FIGURE_FILE,
+        LOG_FILE,
+        PIDS_DIR,
+        PORTS_ENV,
+        REPORT_FILE,
+        CapstoneConfig,
+        Kill,
+        RedisKeys,
+        redis_keys,
+    )
+    from labkit.capstone.report import (
+        CapstoneReport,
+        build_report,
+        contiguous_runs,
+        with_breaks,
+    )
+    from labkit.capstone.run import (
+        PROMQL,
+        run_capstone,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "build_report": "labkit.capstone.report",
+    "CapstoneConfig": "labkit.capstone.config",
+    "CapstoneReport": "labkit.capstone.report",
+    "contiguous_runs": "labkit.capstone.report",
+    "FIGURE_FILE": "labkit.capstone.config",
+    "Kill": "labkit.capstone.config",
+    "LOG_FILE": "labkit.capstone.config",
+    "PIDS_DIR": "labkit.capstone.config",
+    "PORTS_ENV": "labkit.capstone.config",
+    "PROMQL": "labkit.capstone.run",
+    "redis_keys": "labkit.capstone.config",
+    "RedisKeys": "labkit.capstone.config",
+    "REPORT_FILE": "labkit.capstone.config",
+    "run_capstone": "labkit.capstone.run",
+    "with_breaks": "labkit.capstone.report",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

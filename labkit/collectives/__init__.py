@@ -16,58 +16,77 @@
 
 from __future__ import annotations
 
-from labkit.collectives.alphabeta import (
-    AlphaBeta,
-    fit_alpha_beta,
-)
-from labkit.collectives.bench import (
-    DEFAULT_MAX,
-    CollectivesReport,
-    format_table,
-    measure_init_time,
-    run_collectives,
-    to_csv,
-)
-from labkit.collectives.formulas import (
-    ALIASES,
-    AVERAGES,
-    ONE_FORM,
-    OPS,
-    PER_RANK,
-    REDUCING,
-    ROOTED,
-    CollectiveRow,
-    bandwidths,
-    bus_factor,
-    message_counts,
-    parse_size,
-    placements,
-    resolve_ops,
-    sweep,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ALIASES",
-    "AlphaBeta",
-    "AVERAGES",
-    "bandwidths",
-    "bus_factor",
-    "CollectiveRow",
-    "CollectivesReport",
-    "DEFAULT_MAX",
-    "fit_alpha_beta",
-    "format_table",
-    "measure_init_time",
-    "message_counts",
-    "ONE_FORM",
-    "OPS",
-    "parse_size",
-    "PER_RANK",
-    "placements",
-    "REDUCING",
-    "resolve_ops",
-    "ROOTED",
-    "run_collectives",
-    "sweep",
-    "to_csv",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.collectives.alphabeta import (
+        AlphaBeta,
+        fit_alpha_beta,
+    )
+    from labkit.collectives.bench import (
+        DEFAULT_MAX,
+        CollectivesReport,
+        format_table,
+        measure_init_time,
+        run_collectives,
+        to_csv,
+    )
+    from labkit.collectives.formulas import (
+        ALIASES,
+        AVERAGES,
+        ONE_FORM,
+        OPS,
+        PER_RANK,
+        REDUCING,
+        ROOTED,
+        CollectiveRow,
+        bandwidths,
+        bus_factor,
+        message_counts,
+        parse_size,
+        placements,
+        resolve_ops,
+        sweep,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "ALIASES": "labkit.collectives.formulas",
+    "AlphaBeta": "labkit.collectives.alphabeta",
+    "AVERAGES": "labkit.collectives.formulas",
+    "bandwidths": "labkit.collectives.formulas",
+    "bus_factor": "labkit.collectives.formulas",
+    "CollectiveRow": "labkit.collectives.formulas",
+    "CollectivesReport": "labkit.collectives.bench",
+    "DEFAULT_MAX": "labkit.collectives.bench",
+    "fit_alpha_beta": "labkit.collectives.alphabeta",
+    "format_table": "labkit.collectives.bench",
+    "measure_init_time": "labkit.collectives.bench",
+    "message_counts": "labkit.collectives.formulas",
+    "ONE_FORM": "labkit.collectives.formulas",
+    "OPS": "labkit.collectives.formulas",
+    "parse_size": "labkit.collectives.formulas",
+    "PER_RANK": "labkit.collectives.formulas",
+    "placements": "labkit.collectives.formulas",
+    "REDUCING": "labkit.collectives.formulas",
+    "resolve_ops": "labkit.collectives.formulas",
+    "ROOTED": "labkit.collectives.formulas",
+    "run_collectives": "labkit.collectives.bench",
+    "sweep": "labkit.collectives.formulas",
+    "to_csv": "labkit.collectives.bench",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

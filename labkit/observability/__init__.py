@@ -17,81 +17,103 @@ and fires an alert when one link between two ranks gets slow.
 
 from __future__ import annotations
 
-from labkit.observability.exporter import (
-    CHECKPOINT_BUCKETS,
-    LATENCY_BUCKETS,
-    LOCK_BUCKETS,
-    RankMetrics,
-)
-from labkit.observability.observe import (
-    MIN_EVALUATIONS,
-    PICKUP_TIMEOUT_S,
-    PORTS_FILE,
-    RANK_SCRIPT,
-    SLOW_LINK_MARGIN,
-    STARTUP_FLOOR_S,
-    STOP_FILE,
-    AlertState,
-    ObservedJob,
-    SlowLinkPlan,
-    TargetHealth,
-    evaluations_to_fire,
-    observe_job,
-    plan_slow_link,
-    rule_window_s,
-)
-from labkit.observability.readback import (
-    CollectiveSummary,
-    Sample,
-    collective_summaries,
-    histogram_quantile,
-    pair_matrix,
-    samples_from_query,
-    samples_from_text,
-    scrape,
-)
-from labkit.observability.rules import (
-    ALERT_FOR_S,
-    PAIR_LATENCY_THRESHOLD_S,
-    RULES_FILE,
-    alert_rules,
-    check_rules,
-)
-from labkit.services.prometheus import PrometheusServer, ScrapeTarget
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "PrometheusServer",
-    "ScrapeTarget",
-    "ALERT_FOR_S",
-    "alert_rules",
-    "AlertState",
-    "check_rules",
-    "CHECKPOINT_BUCKETS",
-    "collective_summaries",
-    "CollectiveSummary",
-    "evaluations_to_fire",
-    "histogram_quantile",
-    "LATENCY_BUCKETS",
-    "LOCK_BUCKETS",
-    "MIN_EVALUATIONS",
-    "observe_job",
-    "ObservedJob",
-    "PAIR_LATENCY_THRESHOLD_S",
-    "pair_matrix",
-    "PICKUP_TIMEOUT_S",
-    "plan_slow_link",
-    "PORTS_FILE",
-    "RANK_SCRIPT",
-    "RankMetrics",
-    "rule_window_s",
-    "RULES_FILE",
-    "Sample",
-    "samples_from_query",
-    "samples_from_text",
-    "scrape",
-    "SLOW_LINK_MARGIN",
-    "SlowLinkPlan",
-    "STARTUP_FLOOR_S",
-    "STOP_FILE",
-    "TargetHealth",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.observability.exporter import (
+        CHECKPOINT_BUCKETS,
+        LATENCY_BUCKETS,
+        LOCK_BUCKETS,
+        RankMetrics,
+    )
+    from labkit.observability.observe import (
+        MIN_EVALUATIONS,
+        PICKUP_TIMEOUT_S,
+        PORTS_FILE,
+        RANK_SCRIPT,
+        SLOW_LINK_MARGIN,
+        STARTUP_FLOOR_S,
+        STOP_FILE,
+        AlertState,
+        ObservedJob,
+        SlowLinkPlan,
+        TargetHealth,
+        evaluations_to_fire,
+        observe_job,
+        plan_slow_link,
+        rule_window_s,
+    )
+    from labkit.observability.readback import (
+        CollectiveSummary,
+        Sample,
+        collective_summaries,
+        histogram_quantile,
+        pair_matrix,
+        samples_from_query,
+        samples_from_text,
+        scrape,
+    )
+    from labkit.observability.rules import (
+        ALERT_FOR_S,
+        PAIR_LATENCY_THRESHOLD_S,
+        RULES_FILE,
+        alert_rules,
+        check_rules,
+    )
+    from labkit.services.prometheus import (
+        PrometheusServer,
+        ScrapeTarget,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "ALERT_FOR_S": "labkit.observability.rules",
+    "alert_rules": "labkit.observability.rules",
+    "AlertState": "labkit.observability.observe",
+    "check_rules": "labkit.observability.rules",
+    "CHECKPOINT_BUCKETS": "labkit.observability.exporter",
+    "collective_summaries": "labkit.observability.readback",
+    "CollectiveSummary": "labkit.observability.readback",
+    "evaluations_to_fire": "labkit.observability.observe",
+    "histogram_quantile": "labkit.observability.readback",
+    "LATENCY_BUCKETS": "labkit.observability.exporter",
+    "LOCK_BUCKETS": "labkit.observability.exporter",
+    "MIN_EVALUATIONS": "labkit.observability.observe",
+    "observe_job": "labkit.observability.observe",
+    "ObservedJob": "labkit.observability.observe",
+    "PAIR_LATENCY_THRESHOLD_S": "labkit.observability.rules",
+    "pair_matrix": "labkit.observability.readback",
+    "PICKUP_TIMEOUT_S": "labkit.observability.observe",
+    "plan_slow_link": "labkit.observability.observe",
+    "PORTS_FILE": "labkit.observability.observe",
+    "PrometheusServer": "labkit.services.prometheus",
+    "RANK_SCRIPT": "labkit.observability.observe",
+    "RankMetrics": "labkit.observability.exporter",
+    "rule_window_s": "labkit.observability.observe",
+    "RULES_FILE": "labkit.observability.rules",
+    "Sample": "labkit.observability.readback",
+    "samples_from_query": "labkit.observability.readback",
+    "samples_from_text": "labkit.observability.readback",
+    "scrape": "labkit.observability.readback",
+    "ScrapeTarget": "labkit.services.prometheus",
+    "SLOW_LINK_MARGIN": "labkit.observability.observe",
+    "SlowLinkPlan": "labkit.observability.observe",
+    "STARTUP_FLOOR_S": "labkit.observability.observe",
+    "STOP_FILE": "labkit.observability.observe",
+    "TargetHealth": "labkit.observability.observe",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -25,36 +25,48 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import Any
 
 from labkit.errors import ParameterError
 from labkit.orchestration.control import JOB_ENV, URL_ENV
+from labkit.orchestration.elastic_plan import (
+    HORIZON_FILE,
+    Horizon,
+    NodeChange,
+    check_plan,
+    parse_changes,
+    write_horizon,
+)
+from labkit.orchestration.elastic_report import (
+    PROGRESS_FILE,
+    ChangeOutcome,
+    ElasticRun,
+    holds_of,
+    read_progress,
+    segments_of,
+)
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.runtime.dist import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
-from labkit.runtime.fleet import Fleet, FleetEvent
+from labkit.runtime.fleet import Fleet
 from labkit.runtime.launch import Echo, launch_local
 from labkit.runtime.pace import startup_allowance_s
 from labkit.runtime.rank_script import rank_script
-from labkit.runtime.runlog import LogTail, read_records
+from labkit.runtime.runlog import LogTail
 
-PROGRESS_FILE = "progress.jsonl"
-HORIZON_FILE = "horizon.json"
 HOLD_POLL_S = 0.05  # how often a holding group looks again: a response time, not a wait for work
+
 EXIT_GRACE_S = 15.0  # after the last step, how long agents get to exit before they are ended
+
 KEEP_ALIVE_WINDOW_S = 15.0  # torchrun's rendezvous: keep_alive_interval 5 s x max_attempt 3
+
 REFORM_EXIT = 3  # a rank that left because a peer was preempted: its agent re-forms the group
+
 RANK_SCRIPT = rank_script(__name__)
-Action = Literal["join", "preempt", "kill", "freeze"]
-_CHANGE = re.compile(r"^(join|preempt|kill|freeze):(\d+)@(\d+)$")
 
 
 @dataclass
@@ -86,330 +98,6 @@ class ElasticConfig:
     @classmethod
     def from_json(cls, text: str) -> ElasticConfig:
         return cls(**json.loads(text))
-
-
-def make_model(cfg: ElasticConfig) -> torch.nn.Module:
-    torch.manual_seed(cfg.seed)
-    return torch.nn.Sequential(torch.nn.Linear(cfg.dim, cfg.hidden), torch.nn.Tanh(),
-                               torch.nn.Linear(cfg.hidden, 1))
-
-
-def global_batch(cfg: ElasticConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step ``step``'s whole batch, the same on every rank and at every world size."""
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    x = torch.randn(cfg.global_batch, cfg.dim, generator=gen)
-    teacher = torch.Generator().manual_seed(cfg.seed + 7)
-    w = torch.randn(cfg.dim, 1, generator=teacher)
-    return x, torch.sin(x @ w) + 0.1 * x[:, :1] ** 2
-
-
-def reference_loss(cfg: ElasticConfig) -> float:
-    """The loss of step ``cfg.steps`` trained here in one process: what the elastic job reaches
-    whatever its world sizes, since every step takes the same global batch (up to the order of
-    float sums in the all-reduce)."""
-    model = make_model(cfg)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
-    loss = torch.tensor(float("nan"))
-    for step in range(cfg.steps):
-        x, y = global_batch(cfg, step)
-        loss = ((model(x) - y) ** 2).mean()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return loss.item()
-
-
-@dataclass(frozen=True)
-class NodeChange:
-    """``action`` node ``node`` once the job has reached step ``at_step``."""
-
-    action: Action
-    node: int
-    at_step: int
-
-    def __str__(self) -> str:
-        return f"{self.action}:{self.node}@{self.at_step}"
-
-
-def parse_changes(text: str) -> list[NodeChange]:
-    """``"join:2@20,preempt:2@45"`` as NodeChanges, in order. Each waits for the one before to
-    take effect (a group formed after it), then for its step. A joining node boots for seconds
-    while the old group trains on, up to the next change's step, where it holds until the node
-    is in (see :class:`Horizon`): space the steps out to let the old group train meanwhile."""
-    changes = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        match = _CHANGE.match(part)
-        if not match:
-            raise ParameterError(f"a change is ACTION:NODE@STEP with ACTION join, preempt, kill "
-                                 f"or freeze, e.g. join:2@20; got {part!r}")
-        changes.append(NodeChange(match[1], int(match[2]), int(match[3])))  # type: ignore[arg-type]
-    return changes
-
-
-def check_plan(min_nodes: int, max_nodes: int, start_nodes: int,
-               changes: Sequence[NodeChange]) -> None:
-    """Refuse a plan the launcher cannot carry out, before anything starts."""
-    if not 1 <= min_nodes <= start_nodes <= max_nodes:
-        raise ParameterError(f"need 1 <= min_nodes ({min_nodes}) <= start_nodes ({start_nodes})"
-                             f" <= max_nodes ({max_nodes})")
-    present, gone = set(range(start_nodes)), set()
-    for change in changes:
-        if not 0 <= change.node < max_nodes:
-            raise ParameterError(f"{change}: node {change.node} is outside 0..{max_nodes - 1}")
-        if change.action == "join":
-            if change.node in present or change.node in gone:
-                raise ParameterError(f"{change}: node {change.node} has already been started")
-            present.add(change.node)
-            continue
-        if change.node == 0:
-            raise ParameterError(f"{change}: node 0 hosts the c10d rendezvous store, and the job "
-                                 "ends with it. On a cluster, put the store where no preemption "
-                                 "reaches it (a stable host, or etcd).")
-        if change.node not in present:
-            raise ParameterError(f"{change}: node {change.node} is not running then")
-        if len(present) - 1 < min_nodes:
-            raise ParameterError(f"{change}: {len(present) - 1} node(s) would be left, below "
-                                 f"the minimum of {min_nodes}")
-        present.discard(change.node)
-        gone.add(change.node)
-    steps = [c.at_step for c in changes]
-    if steps != sorted(steps):
-        raise ParameterError(f"changes must come in step order, got {list(map(str, changes))}")
-
-
-def read_progress(path: str | Path) -> list[dict[str, Any]]:
-    """Every record of a progress log (a line cut short by a kill is skipped)."""
-    return read_records(path)
-
-
-# --- the horizon: how far the running group may train ----------------------------------------
-@dataclass(frozen=True)
-class Horizon:
-    """What the scheduler lets the running group do (``horizon.json`` beside the checkpoints).
-
-    ``step``: the group holds before it passes this step (None: no limit). It is the step of
-    the next change, which the scheduler carries out once the group stands there, or, while the
-    last change is in flight (no group has formed since it), the end of the job; while a node is
-    on its way out (preempt, kill, freeze) it stays at the step that change was made. ``world`` and
-    ``since``: a group that formed after ``since`` (wall clock) with fewer than ``world`` ranks
-    is *short*: a running node missed its rendezvous round. It holds until its agents re-form it
-    with that node, which torchrun does as soon as the node waits for the next round.
-    ``waiting_for``: the change in flight; ``next``: the change ``step`` belongs to."""
-
-    step: int | None = None
-    world: int = 0
-    since: float = 0.0
-    waiting_for: str | None = None
-    next: str | None = None
-
-    def hold_reason(self, step: int, world: int, formed_at: float) -> str | None:
-        """Why a group of ``world`` ranks that formed at ``formed_at`` (wall clock) may not
-        train past ``step`` now: ``"short"``, ``"horizon"``, or None (it may go on)."""
-        if world < self.world and formed_at >= self.since:
-            return "short"
-        if self.step is not None and step >= self.step:
-            return "horizon"
-        return None
-
-
-def write_horizon(folder: str | Path, horizon: Horizon) -> None:
-    """Replace the horizon file atomically: a reader sees the old one or the new one."""
-    path = Path(folder) / HORIZON_FILE
-    tmp = path.with_name(f".{HORIZON_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(horizon)))
-    os.replace(tmp, path)
-
-
-def read_horizon(folder: str | Path) -> Horizon:
-    """The scheduler's current horizon; without a file (no scheduler): no limit."""
-    try:
-        return Horizon(**json.loads((Path(folder) / HORIZON_FILE).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
-        return Horizon()
-
-
-# --- what a run did --------------------------------------------------------------------------
-@dataclass
-class Segment:
-    """One attempt of the group: its world size, where it resumed and what that cost."""
-
-    attempt: int
-    world: int
-    from_step: int
-    to_step: int
-    lost_steps: int
-    start_s: float
-    end_s: float
-
-
-@dataclass
-class Hold:
-    """A stretch in which the group stood still on purpose (seconds since the first group's
-    start). ``reason`` ``"horizon"``: at the step of ``next`` (or the end of the job), until
-    the scheduler carried it out, or while ``waiting_for``, a change in flight, had not formed
-    its group yet; ``"short"``: the group formed with ``world`` of ``expected_world`` ranks (a
-    running node missed the round) and waited to be re-formed with it. ``ended``: ``"notice"``
-    (its ranks were told to leave: a re-form) or ``"released"`` (the scheduler let it go on)."""
-
-    step: int
-    world: int
-    expected_world: int
-    attempt: int
-    reason: str
-    waiting_for: str | None
-    next: str | None
-    ended: str
-    start_s: float
-    end_s: float
-
-    @property
-    def seconds(self) -> float:
-        return self.end_s - self.start_s
-
-
-@dataclass
-class ChangeOutcome:
-    """What became of one planned change. ``applied``: the scheduler carried it out ``at_s``
-    seconds after the launch, the job at step ``at_step``; ``formed``: a new group formed after
-    it. ``why_not``: why it was not applied, or formed no group, in words."""
-
-    change: str
-    applied: bool = False
-    at_s: float | None = None
-    at_step: int | None = None
-    formed: bool = False
-    why_not: str | None = None
-    at_wall: float | None = field(default=None, repr=False)  # time.time() when applied
-
-
-@dataclass
-class ChangeRow:
-    """One applied change against the groups around it, on the launch's clock (seconds since it
-    began): the step the job had reached when the scheduler acted, the old group's last step,
-    where the new group resumed, the steps lost, and the *stall*, from the old group's last step
-    to the new group's start (nobody trained). ``held_s`` of the stall the old group stood at
-    its horizon (for a join: while the node booted); ``short_rounds``: rounds that closed
-    without a running node and were re-formed with it, inside the stall."""
-
-    change: str
-    at_s: float
-    acted_at_step: int
-    world: str | None = None
-    stopped_at_step: int | None = None
-    resumed_from: int | None = None
-    lost_steps: int | None = None
-    stall_s: float | None = None
-    resumed_after_s: float | None = None
-    held_s: float = 0.0
-    short_rounds: int = 0
-
-
-@dataclass
-class ElasticRun:
-    """What an elastic job did, from its progress log and the launcher's fleet events."""
-
-    ok: bool
-    min_nodes: int
-    max_nodes: int
-    changes: list[str]
-    events: list[FleetEvent]
-    segments: list[Segment]
-    records: list[dict[str, Any]] = field(repr=False)
-    final: dict[str, Any] | None
-    seconds: float
-    ended_after_finish: list[int] = field(default_factory=list)  # agents stuck in exit barrier
-    started_at: float = 0.0  # wall clock (time.time()) when the launch began: events count from it
-    output: list[str] = field(default_factory=list, repr=False)  # the agents' and ranks' lines
-    outcomes: list[ChangeOutcome] = field(default_factory=list)  # one per planned change
-    holds: list[Hold] = field(default_factory=list)
-    timeout_s: float = 0.0  # the launch's limit
-
-    @property
-    def worlds(self) -> list[int]:
-        """World size of each segment, in order (e.g. [2, 3, 2])."""
-        return [s.world for s in self.segments]
-
-    @property
-    def lost_steps(self) -> int:
-        return sum(s.lost_steps for s in self.segments)
-
-    @property
-    def offset_s(self) -> float:
-        """From the launch to the first group's start (start-up); segments and holds count
-        from there, events and change rows from the launch."""
-        return _first_time(self.records) - self.started_at if self.records else 0.0
-
-    @property
-    def unapplied(self) -> list[ChangeOutcome]:
-        """Planned changes that were not carried out or formed no group, with the reason."""
-        return [o for o in self.outcomes if not (o.applied and o.formed)]
-
-    def timeline(self) -> list[tuple[float, int, int]]:
-        """(seconds since the first start, step, world size) of every finished step."""
-        t0 = _first_time(self.records)
-        return [(r["t"] - t0, r["step"], r["world"]) for r in self.records
-                if "event" not in r and "step" in r]
-
-    def change_rows(self) -> list[ChangeRow]:
-        """One row per change the scheduler carried out (see :class:`ChangeRow`)."""
-        offset, rows = self.offset_s, []
-        for outcome in self.outcomes:
-            if not outcome.applied or outcome.at_s is None or outcome.at_step is None:
-                continue
-            row = ChangeRow(outcome.change, outcome.at_s, outcome.at_step)
-            after = next((i for i, s in enumerate(self.segments)
-                          if s.start_s + offset > outcome.at_s), None)
-            if after:
-                old, new = self.segments[after - 1], self.segments[after]
-                inside = [h for h in self.holds if old.end_s <= h.start_s < new.start_s]
-                row.world = f"{old.world}->{new.world}"
-                row.stopped_at_step, row.resumed_from = old.to_step, new.from_step
-                row.lost_steps, row.stall_s = new.lost_steps, new.start_s - old.end_s
-                row.resumed_after_s = new.start_s + offset - outcome.at_s
-                row.held_s = sum(h.seconds for h in inside if h.reason == "horizon")
-                row.short_rounds = sum(h.reason == "short" for h in inside)
-            rows.append(row)
-        return rows
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "min_nodes": self.min_nodes, "max_nodes": self.max_nodes,
-                "changes": self.changes, "worlds": self.worlds, "lost_steps": self.lost_steps,
-                "seconds": round(self.seconds, 2), "timeout_s": round(self.timeout_s, 1),
-                "final": self.final, "ended_after_finish": self.ended_after_finish,
-                "events": [asdict(e) for e in self.events],
-                "segments": [asdict(s) for s in self.segments],
-                "outcomes": [{k: v for k, v in asdict(o).items() if k != "at_wall"}
-                             for o in self.outcomes],
-                "holds": [asdict(h) for h in self.holds]}
-
-
-def _first_time(records: list[dict[str, Any]]) -> float:
-    return min((r["t"] for r in records if "t" in r), default=0.0)
-
-
-def segments_of(records: list[dict[str, Any]]) -> list[Segment]:
-    """Cut the progress log at each (re)start of the group. A short round (see
-    :class:`Horizon`) is no segment: it trained nothing and was re-formed at once."""
-    t0 = _first_time(records)
-    segments: list[Segment] = []
-    for record in records:
-        if record.get("event") == "start" and not record.get("short"):
-            segments.append(Segment(record["attempt"], record["world"], record["from_step"],
-                                    record["from_step"], record["lost_steps"],
-                                    record["t"] - t0, record["t"] - t0))
-        elif "event" not in record and segments:
-            segments[-1].to_step = max(segments[-1].to_step, record["step"])
-            segments[-1].end_s = record["t"] - t0
-    return segments
-
-
-def holds_of(records: list[dict[str, Any]]) -> list[Hold]:
-    """Every hold rank 0 logged, in seconds since the first group's start."""
-    t0 = _first_time(records)
-    return [Hold(r["step"], r["world"], r.get("expected_world", r["world"]), r["attempt"],
-                 r["reason"], r.get("waiting_for"), r.get("next"), r["ended"],
-                 r["t"] - t0, r["until"] - t0)
-            for r in records if r.get("event") == "hold"]
 
 
 class _Scheduler:
@@ -612,12 +300,6 @@ def run_elastic(
                       scheduler.explain(done), holds_of(records), limit)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="labkit elastic", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-nodes", type=int, default=1, help="the job's minimum (MIN)")
     parser.add_argument("--max-nodes", type=int, default=3, help="the job's maximum (MAX)")
@@ -659,12 +341,3 @@ def run_from_args(args: argparse.Namespace) -> int:
             print(f"{o.change} did not take effect: {o.why_not}")
         print(f"ok={run.ok} worlds={run.worlds} lost_steps={run.lost_steps}")
     return 0 if run.ok else 1
-
-
-__all__ = ["ChangeOutcome", "ChangeRow", "ElasticConfig", "ElasticRun", "Hold", "Horizon",
-           "NodeChange", "Segment", "check_plan", "elastic_limit_s", "parse_changes",
-           "read_horizon", "read_progress", "reference_loss", "run_elastic", "write_horizon"]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,7 @@ flag that one small all-reduce per step shares: every rank checkpoints at the sa
 leaves. Ranks that got the notice exit 0; the others exit ``REFORM_EXIT`` so their agents
 re-form the group without the departed node. No step is lost either way.
 
-Rank 0 reads the scheduler's horizon (``labkit.orchestration.elastic.Horizon``) before every step and the
+Rank 0 reads the scheduler's horizon (``labkit.orchestration.elastic_plan.Horizon``) before every step and the
 same all-reduce shares it: at the horizon (the step of a change not carried out yet, or the end
 of the job while the last change is in flight) or in a short round (a running node missed it),
 every rank holds together, still sharing notices, until the scheduler lets the group go on or
@@ -31,16 +31,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from labkit.orchestration.control import JOB_ENV, URL_ENV, Heartbeat
-from labkit.orchestration.elastic import (
-    HOLD_POLL_S,
-    PROGRESS_FILE,
-    REFORM_EXIT,
-    ElasticConfig,
-    Horizon,
-    global_batch,
-    make_model,
-    read_horizon,
-)
+from labkit.orchestration.elastic import HOLD_POLL_S, REFORM_EXIT, ElasticConfig
+from labkit.orchestration.elastic_model import global_batch, make_model, rank_batch
+from labkit.orchestration.elastic_plan import Horizon, read_horizon
+from labkit.orchestration.elastic_report import PROGRESS_FILE
 from labkit.reliability.cadence import cadence_of
 from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint, params_sha256
 from labkit.runtime.dist import setup, teardown
@@ -166,8 +160,8 @@ def main(argv: list[str]) -> None:
         _log_start(log, info.world_size, attempt, start, False)
     while not noticed and step < cfg.steps:
         x, y = global_batch(cfg, step)
-        mine = slice(info.rank, None, info.world_size)
-        part = ((ddp(x[mine]) - y[mine]) ** 2).sum() * (info.world_size / cfg.global_batch)
+        xs, ys, scale = rank_batch(x, y, info.rank, info.world_size)
+        part = ((ddp(xs) - ys) ** 2).sum() * scale
         optimizer.zero_grad(set_to_none=True)
         part.backward()  # DDP: the mean gradient over the global batch, on every rank
         optimizer.step()

@@ -11,70 +11,89 @@ faults injected on cue to prove it.
 
 from __future__ import annotations
 
-from labkit.reliability.cadence import (
-    CheckpointCadence,
-    add_cadence_arguments,
-    cadence_fields,
-    cadence_of,
-)
-from labkit.reliability.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    CheckpointWarning,
-    IncompatibleCheckpointError,
-    Loaded,
-    atomic_write,
-    model_fingerprint,
-    params_sha256,
-)
-from labkit.reliability.faults import (
-    FAULTS_ENV,
-    KINDS,
-    VALID_FORMS,
-    FaultPlan,
-    corrupt_checkpoint,
-    faults_from_env,
-    kill_node,
-    maybe_inject,
-    parse_faults,
-    save_hook,
-    torchrun_agent_pid,
-)
-from labkit.reliability.rng import (
-    agent_seed,
-    capture_rng,
-    generator_state,
-    restore_rng,
-    set_generator_state,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "add_cadence_arguments",
-    "agent_seed",
-    "atomic_write",
-    "cadence_fields",
-    "cadence_of",
-    "capture_rng",
-    "CheckpointCadence",
-    "CheckpointError",
-    "CheckpointManager",
-    "CheckpointWarning",
-    "corrupt_checkpoint",
-    "FaultPlan",
-    "FAULTS_ENV",
-    "faults_from_env",
-    "generator_state",
-    "IncompatibleCheckpointError",
-    "kill_node",
-    "KINDS",
-    "Loaded",
-    "maybe_inject",
-    "model_fingerprint",
-    "params_sha256",
-    "parse_faults",
-    "restore_rng",
-    "save_hook",
-    "set_generator_state",
-    "torchrun_agent_pid",
-    "VALID_FORMS",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.reliability.cadence import (
+        CheckpointCadence,
+        add_cadence_arguments,
+        cadence_fields,
+        cadence_of,
+    )
+    from labkit.reliability.checkpoint import (
+        CheckpointError,
+        CheckpointManager,
+        CheckpointWarning,
+        IncompatibleCheckpointError,
+        Loaded,
+        atomic_write,
+        model_fingerprint,
+        params_sha256,
+    )
+    from labkit.reliability.faults import (
+        FAULTS_ENV,
+        KINDS,
+        VALID_FORMS,
+        FaultPlan,
+        corrupt_checkpoint,
+        faults_from_env,
+        kill_node,
+        maybe_inject,
+        parse_faults,
+        save_hook,
+        torchrun_agent_pid,
+    )
+    from labkit.reliability.rng import (
+        agent_seed,
+        capture_rng,
+        generator_state,
+        restore_rng,
+        set_generator_state,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "add_cadence_arguments": "labkit.reliability.cadence",
+    "agent_seed": "labkit.reliability.rng",
+    "atomic_write": "labkit.reliability.checkpoint",
+    "cadence_fields": "labkit.reliability.cadence",
+    "cadence_of": "labkit.reliability.cadence",
+    "capture_rng": "labkit.reliability.rng",
+    "CheckpointCadence": "labkit.reliability.cadence",
+    "CheckpointError": "labkit.reliability.checkpoint",
+    "CheckpointManager": "labkit.reliability.checkpoint",
+    "CheckpointWarning": "labkit.reliability.checkpoint",
+    "corrupt_checkpoint": "labkit.reliability.faults",
+    "FaultPlan": "labkit.reliability.faults",
+    "FAULTS_ENV": "labkit.reliability.faults",
+    "faults_from_env": "labkit.reliability.faults",
+    "generator_state": "labkit.reliability.rng",
+    "IncompatibleCheckpointError": "labkit.reliability.checkpoint",
+    "kill_node": "labkit.reliability.faults",
+    "KINDS": "labkit.reliability.faults",
+    "Loaded": "labkit.reliability.checkpoint",
+    "maybe_inject": "labkit.reliability.faults",
+    "model_fingerprint": "labkit.reliability.checkpoint",
+    "params_sha256": "labkit.reliability.checkpoint",
+    "parse_faults": "labkit.reliability.faults",
+    "restore_rng": "labkit.reliability.rng",
+    "save_hook": "labkit.reliability.faults",
+    "set_generator_state": "labkit.reliability.rng",
+    "torchrun_agent_pid": "labkit.reliability.faults",
+    "VALID_FORMS": "labkit.reliability.faults",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,64 +13,83 @@ update, and what a learner does with stale experience.
 
 from __future__ import annotations
 
-from labkit.rl.agents import (
-    ENV_ID,
-    RANDOM_POLICY_RETURN,
-    SOLVED_RETURN,
-    SOLVED_WINDOW,
-    STRAGGLER_SLEEP_S,
-    ActorCritic,
-    EnvPool,
-    Rollout,
-    collect,
-    evaluate,
-    seed_everything,
-)
-from labkit.rl.hyper import (
-    Hyper,
-)
-from labkit.rl.learner import (
-    LossInfo,
-    actor_critic_loss,
-    apply_update,
-)
-from labkit.rl.progress import (
-    Progress,
-    progress_from_state,
-    progress_state,
-)
-from labkit.rl.returns import (
-    gae,
-    vtrace,
-)
-from labkit.rl.staleness import (
-    METHODS,
-    StalenessConfig,
-    weight,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "actor_critic_loss",
-    "ActorCritic",
-    "apply_update",
-    "collect",
-    "ENV_ID",
-    "EnvPool",
-    "evaluate",
-    "gae",
-    "Hyper",
-    "LossInfo",
-    "METHODS",
-    "Progress",
-    "progress_from_state",
-    "progress_state",
-    "RANDOM_POLICY_RETURN",
-    "Rollout",
-    "seed_everything",
-    "SOLVED_RETURN",
-    "SOLVED_WINDOW",
-    "StalenessConfig",
-    "STRAGGLER_SLEEP_S",
-    "vtrace",
-    "weight",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.rl.agents import (
+        ENV_ID,
+        RANDOM_POLICY_RETURN,
+        SOLVED_RETURN,
+        SOLVED_WINDOW,
+        STRAGGLER_SLEEP_S,
+        ActorCritic,
+        EnvPool,
+        Rollout,
+        collect,
+        evaluate,
+        seed_everything,
+    )
+    from labkit.rl.hyper import (
+        Hyper,
+    )
+    from labkit.rl.learner import (
+        LossInfo,
+        actor_critic_loss,
+        apply_update,
+    )
+    from labkit.rl.progress import (
+        Progress,
+        progress_from_state,
+        progress_state,
+    )
+    from labkit.rl.returns import (
+        gae,
+        vtrace,
+    )
+    from labkit.rl.staleness import (
+        METHODS,
+        StalenessConfig,
+        weight,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "actor_critic_loss": "labkit.rl.learner",
+    "ActorCritic": "labkit.rl.agents",
+    "apply_update": "labkit.rl.learner",
+    "collect": "labkit.rl.agents",
+    "ENV_ID": "labkit.rl.agents",
+    "EnvPool": "labkit.rl.agents",
+    "evaluate": "labkit.rl.agents",
+    "gae": "labkit.rl.returns",
+    "Hyper": "labkit.rl.hyper",
+    "LossInfo": "labkit.rl.learner",
+    "METHODS": "labkit.rl.staleness",
+    "Progress": "labkit.rl.progress",
+    "progress_from_state": "labkit.rl.progress",
+    "progress_state": "labkit.rl.progress",
+    "RANDOM_POLICY_RETURN": "labkit.rl.agents",
+    "Rollout": "labkit.rl.agents",
+    "seed_everything": "labkit.rl.agents",
+    "SOLVED_RETURN": "labkit.rl.agents",
+    "SOLVED_WINDOW": "labkit.rl.agents",
+    "StalenessConfig": "labkit.rl.staleness",
+    "STRAGGLER_SLEEP_S": "labkit.rl.agents",
+    "vtrace": "labkit.rl.returns",
+    "weight": "labkit.rl.staleness",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

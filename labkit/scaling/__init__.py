@@ -8,48 +8,67 @@
 
 from __future__ import annotations
 
-from labkit.scaling.ddp import (
-    AGENT_MODES,
-    DEFAULT_AGENT_MODES,
-    FSDP_TOLERANCE,
-    MALLOC_ENV,
-    PARTS,
-    AgentRow,
-    BucketViewRow,
-    bucket_view_saving,
-    measure_agents,
-    measure_bucket_view,
-    measure_bucket_views,
-    measure_ddp,
-    problems,
-)
-from labkit.scaling.memory import (
-    MODES,
-    MemoryRow,
-    add_memory_arguments,
-    measure_memory,
-    measure_one,
-    run_memory,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "add_memory_arguments",
-    "AGENT_MODES",
-    "AgentRow",
-    "bucket_view_saving",
-    "BucketViewRow",
-    "DEFAULT_AGENT_MODES",
-    "FSDP_TOLERANCE",
-    "MALLOC_ENV",
-    "measure_agents",
-    "measure_bucket_view",
-    "measure_bucket_views",
-    "measure_ddp",
-    "measure_memory",
-    "measure_one",
-    "MemoryRow",
-    "MODES",
-    "PARTS",
-    "problems",
-    "run_memory",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.scaling.ddp import (
+        AGENT_MODES,
+        DEFAULT_AGENT_MODES,
+        FSDP_TOLERANCE,
+        MALLOC_ENV,
+        PARTS,
+        AgentRow,
+        BucketViewRow,
+        bucket_view_saving,
+        measure_agents,
+        measure_bucket_view,
+        measure_bucket_views,
+        measure_ddp,
+        problems,
+    )
+    from labkit.scaling.memory import (
+        MODES,
+        MemoryRow,
+        add_memory_arguments,
+        measure_memory,
+        measure_one,
+        run_memory,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "add_memory_arguments": "labkit.scaling.memory",
+    "AGENT_MODES": "labkit.scaling.ddp",
+    "AgentRow": "labkit.scaling.ddp",
+    "bucket_view_saving": "labkit.scaling.ddp",
+    "BucketViewRow": "labkit.scaling.ddp",
+    "DEFAULT_AGENT_MODES": "labkit.scaling.ddp",
+    "FSDP_TOLERANCE": "labkit.scaling.ddp",
+    "MALLOC_ENV": "labkit.scaling.ddp",
+    "measure_agents": "labkit.scaling.ddp",
+    "measure_bucket_view": "labkit.scaling.ddp",
+    "measure_bucket_views": "labkit.scaling.ddp",
+    "measure_ddp": "labkit.scaling.ddp",
+    "measure_memory": "labkit.scaling.memory",
+    "measure_one": "labkit.scaling.memory",
+    "MemoryRow": "labkit.scaling.memory",
+    "MODES": "labkit.scaling.memory",
+    "PARTS": "labkit.scaling.ddp",
+    "problems": "labkit.scaling.ddp",
+    "run_memory": "labkit.scaling.memory",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

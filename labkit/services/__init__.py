@@ -17,80 +17,99 @@ Passwords live in the URLs: show URLs with ``redact(url)``.
 
 from __future__ import annotations
 
-from labkit.services.base import (
-    HOST,
-    ManagedServer,
-    can_bind,
-    config_quote,
-    parent_death_signal,
-    redact,
-    scrub_secrets,
-)
-from labkit.services.nats_server import (
-    NATS_FIX,
-    NATS_URL_ENV,
-    NatsServer,
-    nats_handshake,
-)
-from labkit.services.probes import (
-    ServiceStatus,
-    check_nats,
-    check_redis,
-)
-from labkit.services.prometheus import (
-    JOB_NAME,
-    PROMETHEUS_FIX,
-    PrometheusServer,
-    ScrapeTarget,
-    prometheus_duration,
-)
-from labkit.services.redis_cluster import (
-    BUS_OFFSET,
-    RedisClusterServer,
-    find_redis_cli,
-)
-from labkit.services.redis_server import (
-    REDIS_FIX,
-    REDIS_URL_ENV,
-    RedisServer,
-    no_retry,
-)
-from labkit.services.shared import (
-    nats_url,
-    redis_client,
-    redis_url,
-    stop_all,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "BUS_OFFSET",
-    "can_bind",
-    "check_nats",
-    "check_redis",
-    "config_quote",
-    "find_redis_cli",
-    "HOST",
-    "JOB_NAME",
-    "ManagedServer",
-    "NATS_FIX",
-    "nats_handshake",
-    "nats_url",
-    "NATS_URL_ENV",
-    "NatsServer",
-    "no_retry",
-    "parent_death_signal",
-    "prometheus_duration",
-    "PROMETHEUS_FIX",
-    "PrometheusServer",
-    "redact",
-    "redis_client",
-    "REDIS_FIX",
-    "redis_url",
-    "REDIS_URL_ENV",
-    "RedisClusterServer",
-    "RedisServer",
-    "ScrapeTarget",
-    "scrub_secrets",
-    "ServiceStatus",
-    "stop_all",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.services.base import (
+        HOST,
+        ManagedServer,
+        can_bind,
+        config_quote,
+        parent_death_signal,
+        redact,
+        scrub_secrets,
+    )
+    from labkit.services.nats_server import (
+        NATS_FIX,
+        NATS_URL_ENV,
+        NatsServer,
+        nats_handshake,
+    )
+    from labkit.services.probes import (
+        ServiceStatus,
+        check_nats,
+        check_redis,
+    )
+    from labkit.services.prometheus import (
+        JOB_NAME,
+        PROMETHEUS_FIX,
+        PrometheusServer,
+        ScrapeTarget,
+        prometheus_duration,
+    )
+    from labkit.services.redis_cluster import (
+        BUS_OFFSET,
+        RedisClusterServer,
+        find_redis_cli,
+    )
+    from labkit.services.redis_server import (
+        REDIS_FIX,
+        REDIS_URL_ENV,
+        RedisServer,
+        no_retry,
+    )
+    from labkit.services.shared import (
+        nats_url,
+        redis_client,
+        redis_url,
+        stop_all,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "BUS_OFFSET": "labkit.services.redis_cluster",
+    "can_bind": "labkit.services.base",
+    "check_nats": "labkit.services.probes",
+    "check_redis": "labkit.services.probes",
+    "config_quote": "labkit.services.base",
+    "find_redis_cli": "labkit.services.redis_cluster",
+    "HOST": "labkit.services.base",
+    "JOB_NAME": "labkit.services.prometheus",
+    "ManagedServer": "labkit.services.base",
+    "NATS_FIX": "labkit.services.nats_server",
+    "nats_handshake": "labkit.services.nats_server",
+    "nats_url": "labkit.services.shared",
+    "NATS_URL_ENV": "labkit.services.nats_server",
+    "NatsServer": "labkit.services.nats_server",
+    "no_retry": "labkit.services.redis_server",
+    "parent_death_signal": "labkit.services.base",
+    "prometheus_duration": "labkit.services.prometheus",
+    "PROMETHEUS_FIX": "labkit.services.prometheus",
+    "PrometheusServer": "labkit.services.prometheus",
+    "redact": "labkit.services.base",
+    "redis_client": "labkit.services.shared",
+    "REDIS_FIX": "labkit.services.redis_server",
+    "redis_url": "labkit.services.shared",
+    "REDIS_URL_ENV": "labkit.services.redis_server",
+    "RedisClusterServer": "labkit.services.redis_cluster",
+    "RedisServer": "labkit.services.redis_server",
+    "ScrapeTarget": "labkit.services.prometheus",
+    "scrub_secrets": "labkit.services.base",
+    "ServiceStatus": "labkit.services.probes",
+    "stop_all": "labkit.services.shared",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -20,50 +20,69 @@ asynchronously with actors and a learner.
 
 from __future__ import annotations
 
-from labkit.training.actor_learner import (
-    HEARTBEAT_EVERY_S,
-    POLL_S,
-    LearnerLostError,
-    PolicyStore,
-    run_async,
-    wait_for_turn,
-)
-from labkit.training.compare import (
-    KEYS,
-    compare,
-)
-from labkit.training.result import (
-    lag_stats,
-    summarize,
-)
-from labkit.training.sync import (
-    MIN_EPISODE_STEPS,
-    REACHED_FILE,
-    run_sync,
-)
-from labkit.training.train import (
-    MODES,
-    TrainConfig,
-    config_from_args,
-    train,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "compare",
-    "config_from_args",
-    "HEARTBEAT_EVERY_S",
-    "KEYS",
-    "lag_stats",
-    "LearnerLostError",
-    "MIN_EPISODE_STEPS",
-    "MODES",
-    "PolicyStore",
-    "POLL_S",
-    "REACHED_FILE",
-    "run_async",
-    "run_sync",
-    "summarize",
-    "train",
-    "TrainConfig",
-    "wait_for_turn",
-]
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.training.actor_learner import (
+        HEARTBEAT_EVERY_S,
+        POLL_S,
+        LearnerLostError,
+        PolicyStore,
+        run_async,
+        wait_for_turn,
+    )
+    from labkit.training.compare import (
+        KEYS,
+        compare,
+    )
+    from labkit.training.result import (
+        lag_stats,
+        summarize,
+    )
+    from labkit.training.sync import (
+        MIN_EPISODE_STEPS,
+        REACHED_FILE,
+        run_sync,
+    )
+    from labkit.training.train import (
+        MODES,
+        TrainConfig,
+        config_from_args,
+        train,
+    )
+
+# name -> the module that defines it: a name is imported when first used,
+# so importing one module of the folder (a rank script, a child process) imports no other
+_HOME = {
+    "compare": "labkit.training.compare",
+    "config_from_args": "labkit.training.train",
+    "HEARTBEAT_EVERY_S": "labkit.training.actor_learner",
+    "KEYS": "labkit.training.compare",
+    "lag_stats": "labkit.training.result",
+    "LearnerLostError": "labkit.training.actor_learner",
+    "MIN_EPISODE_STEPS": "labkit.training.sync",
+    "MODES": "labkit.training.train",
+    "PolicyStore": "labkit.training.actor_learner",
+    "POLL_S": "labkit.training.actor_learner",
+    "REACHED_FILE": "labkit.training.sync",
+    "run_async": "labkit.training.actor_learner",
+    "run_sync": "labkit.training.sync",
+    "summarize": "labkit.training.result",
+    "train": "labkit.training.train",
+    "TrainConfig": "labkit.training.train",
+    "wait_for_turn": "labkit.training.actor_learner",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
