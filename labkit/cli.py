@@ -50,9 +50,9 @@ from labkit.orchestration import elastic
 from labkit.runtime.launch import parse_env
 from labkit.scaling import ddp as bench_ddp
 from labkit.scaling import memory as bench_memory
-from labkit.training import compare as bench_sync_async
 from labkit.training import fixed_lag as bench_staleness
-from labkit.training import train
+from labkit.training import run as train
+from labkit.training import sync_async as bench_sync_async
 
 
 def _doctor(args: argparse.Namespace) -> int:

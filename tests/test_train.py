@@ -1,4 +1,4 @@
-"""labkit.training.train: both modes as real torchrun jobs at toy size, and the configs that must fail.
+"""labkit.training.run: both modes as real torchrun jobs at toy size, and the configs that must fail.
 
 Learning is checked as movement, not as a score: after a small budget the mean return must
 be well above a random policy's (about 22 on CartPole-v1)."""
@@ -14,7 +14,7 @@ from labkit.rl.agents import RANDOM_POLICY_RETURN
 from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import StalenessConfig
 from labkit.runtime.failures import RankFailedError
-from labkit.training.train import TrainConfig, add_arguments, config_from_args, train
+from labkit.training.run import TrainConfig, add_arguments, config_from_args, train
 
 LEARNED = 2 * RANDOM_POLICY_RETURN
 

@@ -10,7 +10,7 @@ import pytest
 
 from labkit.errors import ParameterError
 from labkit.reliability.faults import corrupt_checkpoint
-from labkit.training.train import TrainConfig, train
+from labkit.training.run import TrainConfig, train
 
 STEPS = 40 * 512  # 40 updates of 2 agents x 8 envs x 32 steps
 

@@ -85,7 +85,7 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
     from labkit.services.base import HOST
     from labkit.services.prometheus import PrometheusServer, ScrapeTarget
     from labkit.services.redis_server import REDIS_URL_ENV, RedisServer
-    from labkit.training.train import REDIS_ENV
+    from labkit.training.run import REDIS_ENV
 
     cfg = CapstoneConfig.from_json((cfg or CapstoneConfig()).to_json())  # ours to set workdir
     cfg.validate()

@@ -49,7 +49,7 @@ from labkit.runtime.dist import RankInfo, setup, teardown
 from labkit.runtime.publish import RUN_DIR_ENV, publish
 from labkit.runtime.runlog import append_record, read_records
 from labkit.training.actor_learner import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
-from labkit.training.train import REDIS_ENV
+from labkit.training.run import REDIS_ENV
 
 
 class FencedPolicyStore(PolicyStore):

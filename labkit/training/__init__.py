@@ -1,13 +1,13 @@
 """Training on many ranks (lessons 04, 06, 10): the same CartPole agents, synchronously with DDP or
 asynchronously with actors and a learner.
 
-- ``train`` (ranks: ``train_rank.py``): ``train(TrainConfig(...))`` launches the job and returns
+- ``run`` (ranks: ``run_rank.py``): ``train(TrainConfig(...))`` launches the job and returns
   its result; it is also the ``labkit train`` command.
 - ``sync``: every rank collects a rollout, DDP averages the gradients, every rank steps.
 - ``actor_learner``: actor ranks push rollouts through a buffer, the learner trains on arrivals
   and publishes versioned weights (the capstone's learner waits its turn the same way).
 - ``result``: the one result dict both modes return (throughput, learning, lag, parameter hash).
-- ``compare``: sync vs async side by side, with and without a straggler (``labkit bench sync-async``).
+- ``sync_async``: ``compare``, sync vs async side by side, with and without a straggler (``labkit bench sync-async``).
 - ``fixed_lag``: the staleness methods at a controlled lag, over seeds (``labkit bench staleness``).
 
 ::
@@ -32,45 +32,45 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         run_async,
         wait_for_turn,
     )
-    from labkit.training.compare import (
-        KEYS,
-        compare,
-    )
     from labkit.training.result import (
         lag_stats,
         summarize,
+    )
+    from labkit.training.run import (
+        MODES,
+        TrainConfig,
+        config_from_args,
+        train,
     )
     from labkit.training.sync import (
         MIN_EPISODE_STEPS,
         REACHED_FILE,
         run_sync,
     )
-    from labkit.training.train import (
-        MODES,
-        TrainConfig,
-        config_from_args,
-        train,
+    from labkit.training.sync_async import (
+        KEYS,
+        compare,
     )
 
 # name -> the module that defines it: a name is imported when first used,
 # so importing one module of the folder (a rank script, a child process) imports no other
 _HOME = {
-    "compare": "labkit.training.compare",
-    "config_from_args": "labkit.training.train",
+    "compare": "labkit.training.sync_async",
+    "config_from_args": "labkit.training.run",
     "HEARTBEAT_EVERY_S": "labkit.training.actor_learner",
-    "KEYS": "labkit.training.compare",
+    "KEYS": "labkit.training.sync_async",
     "lag_stats": "labkit.training.result",
     "LearnerLostError": "labkit.training.actor_learner",
     "MIN_EPISODE_STEPS": "labkit.training.sync",
-    "MODES": "labkit.training.train",
+    "MODES": "labkit.training.run",
     "PolicyStore": "labkit.training.actor_learner",
     "POLL_S": "labkit.training.actor_learner",
     "REACHED_FILE": "labkit.training.sync",
     "run_async": "labkit.training.actor_learner",
     "run_sync": "labkit.training.sync",
     "summarize": "labkit.training.result",
-    "train": "labkit.training.train",
-    "TrainConfig": "labkit.training.train",
+    "train": "labkit.training.run",
+    "TrainConfig": "labkit.training.run",
     "wait_for_turn": "labkit.training.actor_learner",
 }
 __all__ = sorted(_HOME)

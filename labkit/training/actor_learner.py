@@ -29,7 +29,7 @@ from labkit.rl.progress import Progress
 from labkit.runtime.dist import RankInfo
 from labkit.services.base import redact
 from labkit.training.result import lag_stats, summarize
-from labkit.training.train import REDIS_ENV, TrainConfig
+from labkit.training.run import REDIS_ENV, TrainConfig
 
 HEARTBEAT_EVERY_S = 0.25
 POLL_S = 0.002
@@ -113,7 +113,7 @@ def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
     """Rank 0 learns, ranks 1..agents act (agent ``rank - 1``)."""
     url = os.environ.get(REDIS_ENV)
     if not url:
-        raise LabkitError(f"async training needs ${REDIS_ENV} (labkit.training.train sets it)")
+        raise LabkitError(f"async training needs ${REDIS_ENV} (labkit.training.run sets it)")
     namespace = f"train:{info.run_id}"
     store = PolicyStore(url, namespace, cfg.learner_timeout_s)
     role = "the learner" if info.rank == 0 else f"actor {info.rank - 1}"

@@ -11,7 +11,7 @@ from labkit.reliability.checkpoint import params_sha256
 from labkit.rl.agents import ActorCritic, evaluate
 from labkit.rl.progress import Progress
 from labkit.runtime.stats import percentile
-from labkit.training.train import TrainConfig
+from labkit.training.run import TrainConfig
 
 
 def lag_stats(lags: list[int], ages_s: list[float]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from labkit.rl.progress import Progress, progress_from_state, progress_state
 from labkit.rl.staleness import StalenessConfig
 from labkit.runtime.dist import RankInfo
 from labkit.training.result import summarize
-from labkit.training.train import TrainConfig, sync_iterations
+from labkit.training.run import TrainConfig, sync_iterations
 
 MIN_EPISODE_STEPS = 8  # no CartPole episode is shorter: bounds the episodes one rollout ends
 REACHED_FILE = "reached.json"  # rank 0's last finished update: what a restart has to redo

@@ -2,7 +2,7 @@
 
     labkit bench sync-async --agents 4 --straggler-factor 4 --json
 
-Four real training runs (``labkit.training.train``) with the same agents, budget of env steps and seed:
+Four real training runs (``labkit.training.run``) with the same agents, budget of env steps and seed:
 sync and async with one agent ``--straggler-factor`` times slower, then both again without it.
 With a straggler the lockstep ranks all wait for it at every gradient all-reduce, while the
 other actors keep collecting. Without one, async's cost shows: policy lag, and possibly more env
@@ -17,7 +17,7 @@ from typing import Any
 
 from labkit.errors import ParameterError
 from labkit.rl.staleness import METHODS, StalenessConfig
-from labkit.training.train import TrainConfig, train
+from labkit.training.run import TrainConfig, train
 
 KEYS = ("env_steps_per_s", "updates_per_s", "time_to_solved_s", "steps_to_solved",
         "final_mean_return", "eval_return", "mean_lag", "p90_lag", "seconds",

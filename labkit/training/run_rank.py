@@ -1,4 +1,4 @@
-"""The rank side of ``labkit.training.train``: ``python -m labkit.runtime.worker train_rank.py CONFIG_JSON``."""
+"""The rank side of ``labkit.training.run``: ``python -m labkit.runtime.worker run_rank.py CONFIG_JSON``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from labkit.runtime.dist import setup, teardown
 from labkit.runtime.publish import publish
-from labkit.training.train import TrainConfig
+from labkit.training.run import TrainConfig
 
 
 def main(argv: list[str]) -> None:
