@@ -56,38 +56,37 @@ from labkit.training import sync_async as bench_sync_async
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from labkit.course import doctor
-
+    from labkit.course import doctor, notes, programs
     if (args.cluster or args.dry_run) and not args.install:
         args.parser.error("--cluster and --dry-run go with --install")
     if args.install and (args.json or args.programs):
         args.parser.error("--install prints what it does: no --json or --programs with it")
     if args.install:
         return _doctor_install(args.cluster, args.dry_run)
-    programs = doctor.check_programs()
+    statuses = programs.check_programs()
     if args.programs:
         if args.json:
-            print(json.dumps([p.to_dict() for p in programs], indent=2))
+            print(json.dumps([p.to_dict() for p in statuses], indent=2))
         else:
-            print(doctor.format_programs(programs, short=True))
+            print(notes.format_programs(statuses, short=True))
         return 0
     checks = doctor.run_doctor()
     if args.json:
-        print(json.dumps([c.to_dict() for c in checks + [p.to_check() for p in programs]],
+        print(json.dumps([c.to_dict() for c in checks + [p.to_check() for p in statuses]],
                          indent=2))
     else:
         print(doctor.format_table(checks))
         print()
-        print(doctor.format_programs(programs))
+        print(notes.format_programs(statuses))
     return 0 if all(c.ok for c in checks) else 1
 
 
 def _doctor_install(cluster: bool, dry_run: bool) -> int:
     """``labkit doctor --install``: apt-get the missing programs' packages when root on
     Debian/Ubuntu, otherwise print what to run."""
-    from labkit.course import doctor
+    from labkit.course import install, notes, programs
 
-    plan = doctor.plan_install(doctor.check_programs(versions=False), doctor.this_system(),
+    plan = install.plan_install(programs.check_programs(versions=False), programs.this_system(),
                                cluster=cluster)
     if not plan.runs:
         print(plan.advice)
@@ -96,8 +95,8 @@ def _doctor_install(cluster: bool, dry_run: bool) -> int:
         print("would run (as root):")
         print("\n".join(f"  {shlex.join(command)}" for command in plan.commands))
         return 0
-    code = doctor.run_install(plan)
-    print(doctor.format_programs(doctor.check_programs(), short=True))
+    code = install.run_install(plan)
+    print(notes.format_programs(programs.check_programs(), short=True))
     return code
 
 

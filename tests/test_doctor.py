@@ -12,20 +12,10 @@ from pathlib import Path
 import pytest
 
 from labkit.course import doctor
-from labkit.course.doctor import (
-    PROGRAMS,
-    Check,
-    ProgramStatus,
-    System,
-    check_programs,
-    format_programs,
-    format_table,
-    lesson_note,
-    lesson_notice,
-    plan_install,
-    run_doctor,
-    this_system,
-)
+from labkit.course.doctor import Check, format_table, run_doctor
+from labkit.course.install import plan_install
+from labkit.course.notes import format_programs, lesson_note, lesson_notice
+from labkit.course.programs import PROGRAMS, ProgramStatus, System, check_programs, this_system
 from labkit.errors import ParameterError
 
 

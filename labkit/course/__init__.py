@@ -13,7 +13,7 @@ notebook needs (results and the lesson's note), so importing it stays cheap.
 
 from __future__ import annotations
 
-from labkit.course.doctor import lesson_note
+from labkit.course.notes import lesson_note
 from labkit.course.results import as_dict, load_result, results_dir, save_result
 
 __all__ = ["as_dict", "lesson_note", "load_result", "results_dir", "save_result"]

@@ -6,8 +6,8 @@ Every run gets its own folder ``runs/<timestamp>/`` (``runs/latest`` points at t
 the executed notebooks, their HTML exports, ``index.html`` and ``summary.json``. Everything is
 validated before the first notebook starts, so a typo fails in a second, not after an hour.
 
-Each notebook records the optional system programs it lacked on this machine (``labkit.course.doctor``'s
-table), so a run says what ran degraded. Ctrl-C or SIGTERM stops the run cleanly: the running
+Each notebook records the optional system programs it lacked on this machine (the table in
+``labkit.course.programs``), so a run says what ran degraded. Ctrl-C or SIGTERM stops the run cleanly: the running
 notebook's cell is interrupted, its kernel and every process the kernel started (torchrun agents,
 ranks, servers: found by a mark in their environment) are ended, its temporary files go (each
 notebook gets a ``TMPDIR`` of its own), and the run folder says which notebook was interrupted.
@@ -46,7 +46,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from nbconvert import HTMLExporter
 from papermill.exceptions import PapermillExecutionError
 
-from labkit.course import doctor
+from labkit.course import notes, programs
 from labkit.course.pace import PACE_FILE, load_pace_file, scaled
 from labkit.course.results import RESULTS_ENV
 from labkit.errors import LabkitError, ParameterError
@@ -85,7 +85,7 @@ class NotebookResult:
     html: str | None
     error: str | None = None
     missing_programs: list[str] = field(default_factory=list)
-    """The optional programs it uses that this machine lacked (``labkit.course.doctor.PROGRAMS``)."""
+    """The optional programs it uses that this machine lacked (``labkit.course.programs.PROGRAMS``)."""
 
     @property
     def ok(self) -> bool:
@@ -333,7 +333,7 @@ def run_course(
     course = CourseResult(
         run_dir=run_dir, started=started.isoformat(timespec="seconds"), smoke=smoke, pace=pace
     )
-    programs = doctor.check_programs(versions=False)
+    statuses = programs.check_programs(versions=False)
     exporter = HTMLExporter()
     width = max(len(p.stem) for p, _ in plan)
     clock = time.perf_counter()
@@ -346,7 +346,7 @@ def run_course(
             result = _run_notebook(notebook, params, run_dir, kernel, cell_timeout, progress,
                                    signals)
             result.missing_programs = [s.program.name
-                                       for s in doctor.lacking(notebook.stem, programs)]
+                                       for s in programs.lacking(notebook.stem, statuses)]
             if not signals.hurry:
                 result.html = _export_html(exporter, run_dir, result.output)
             course.results.append(result)
@@ -356,7 +356,7 @@ def run_course(
 
     (run_dir / "summary.json").write_text(json.dumps(course.to_dict(), indent=2) + "\n")
     (run_dir / "index.html").write_text(_index_html(course), encoding="utf-8")
-    print(format_summary(course, programs), flush=True)
+    print(format_summary(course, statuses), flush=True)
     return course
 
 
@@ -369,7 +369,7 @@ def _progress_line(i: int, total: int, width: int, result: NotebookResult) -> st
 
 
 def format_summary(course: CourseResult,
-                   programs: list[doctor.ProgramStatus] | None = None) -> str:
+                   statuses: list[programs.ProgramStatus] | None = None) -> str:
     """The end of a run: a table (notebook, status, seconds, the programs it ran without),
     what ran degraded and how to install it, then one line with the verdict and index.html."""
     rows = [("notebook", "status", "seconds", "ran without")]
@@ -380,10 +380,10 @@ def format_summary(course: CourseResult,
              for a, b, c, d in rows]
     degraded = [r for r in course.results if r.missing_programs and r.status != NOT_RUN]
     if degraded:
-        programs = doctor.check_programs(versions=False) if programs is None else programs
+        statuses = programs.check_programs(versions=False) if statuses is None else statuses
         lines.append("ran degraded, for lack of optional programs (`make system-deps` installs "
                      "them):")
-        lines += [f"  {doctor.lesson_notice(r.notebook, programs)}" for r in degraded]
+        lines += [f"  {notes.lesson_notice(r.notebook, statuses)}" for r in degraded]
     lines.append(f"{_verdict(course)}; results in {_shown(course.run_dir / 'index.html')}")
     return "\n".join(lines)
 
