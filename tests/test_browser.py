@@ -73,7 +73,7 @@ def with_smoke_parameters(notebook: Path, smoke_file: Path) -> dict:
 
 
 def _kernel_spec(jupyter_path: Path) -> None:
-    """A "python3" kernelspec for this interpreter, first on JUPYTER_PATH (see course._kernel)."""
+    """A "python3" kernelspec for this interpreter, first on JUPYTER_PATH (see labkit.course.execution.lab_kernel)."""
     spec_dir = jupyter_path / "kernels" / "python3"
     spec_dir.mkdir(parents=True)
     (spec_dir / "kernel.json").write_text(json.dumps({

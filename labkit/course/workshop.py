@@ -381,6 +381,7 @@ def check_notebook(
     from papermill.exceptions import PapermillExecutionError
 
     from labkit.course import runner as course
+    from labkit.course.execution import environment, lab_kernel
 
     path = Path(path).resolve()
     if not path.is_file():
@@ -418,8 +419,8 @@ def check_notebook(
         executed_path = Path(output).resolve() if output else Path(tmp, "executed.ipynb")
         executed_path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(instrumented, source)
-        env = course._environ(LABKIT_SMOKE="1" if smoke else None)
-        with course._kernel(kernel_name) as kernel, env:
+        env = environment(LABKIT_SMOKE="1" if smoke else None)
+        with lab_kernel(kernel_name) as kernel, env:
             try:
                 papermill.execute_notebook(
                     str(source), str(executed_path), parameters=params, kernel_name=kernel,
