@@ -23,7 +23,7 @@
     labkit hang --list
     labkit hang extra_collective --json
     labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@10,preempt:2@60,kill:1@85 --json
-    labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_CONTROL_REDIS_URL)
+    labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_REDIS_URL)
     labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
     labkit partition collective --nodes 3 --timeout 5 --json
     labkit capstone --steps 150000 --kill-slot 3 --kill-at-update 30 --out reports/capstone

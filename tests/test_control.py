@@ -23,7 +23,6 @@ from labkit.errors import LabkitError, ParameterError, ServiceError
 from labkit.orchestration import (
     DEAD,
     JOB_ENV,
-    URL_ENV,
     AgentStatus,
     Heartbeat,
     dead_after_s,
@@ -37,6 +36,7 @@ from labkit.orchestration import (
 from labkit.orchestration.control_agent import main
 from labkit.runtime.ports import free_port
 from labkit.services import RedisServer
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 TTL_S, INTERVAL_S = 1.0, 0.25
 START_TIMEOUT_S = 60.0
@@ -133,7 +133,7 @@ def test_format_status_main_and_cli(url, job, capsys, monkeypatch):
         listed = json.loads(capsys.readouterr().out)
         assert [(s["name"], s["state"], s["step"]) for s in listed] == [
             ("a", "left", None), ("b", "running", 7)]
-        monkeypatch.setenv(URL_ENV, url)
+        monkeypatch.setenv(CHILD_REDIS_URL_ENV, url)
         assert main(["status", "--job", job, "--json"]) == 0
         assert len(json.loads(capsys.readouterr().out)) == 2
     assert forget(url, job) >= 4

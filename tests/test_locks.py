@@ -30,9 +30,9 @@ from labkit.locks import (
     run,
     stale_write_experiment,
 )
-from labkit.locks.base import URL_ENV
 from labkit.runtime.ports import free_port
 from labkit.services import RedisServer
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +229,7 @@ def test_other_parameters_are_validated():
 def test_agents_past_their_timeout_are_killed(url, leftover_processes):
     with pytest.raises(LockExperimentError, match="still running"):
         race_experiment(url, "none", agents=2, increments=10_000, think_s=0.01, timeout_s=1.0)
-    assert leftover_processes(url, name=URL_ENV) == []
+    assert leftover_processes(url, name=CHILD_REDIS_URL_ENV) == []
 
 
 def test_cli_prints_the_comparison_as_json(url, monkeypatch, capsys):

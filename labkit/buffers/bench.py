@@ -43,9 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 from labkit.errors import LabkitError, ParameterError
 from labkit.runtime.pace import startup_allowance_s
-
-REDIS_URL_ENV = "LABKIT_BENCH_REDIS_URL"
-NATS_URL_ENV = "LABKIT_BENCH_NATS_URL"
+from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
 
 IMPLS = ("guide", "list", "stream", "nats")
 SWEEP_IMPLS = ("guide", "list")
@@ -127,7 +125,7 @@ class AgentPool:
     """``n`` agent processes; ``window`` runs one push window on all of them."""
 
     def __init__(self, n: int, redis_url: str, nats_url: str | None) -> None:
-        env = {**os.environ, REDIS_URL_ENV: redis_url, NATS_URL_ENV: nats_url or "",
+        env = {**os.environ, CHILD_REDIS_URL_ENV: redis_url, CHILD_NATS_URL_ENV: nats_url or "",
                "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self._errors: IO[str] = tempfile.TemporaryFile("w+")
         self.procs: list[subprocess.Popen[str]] = []

@@ -8,7 +8,7 @@ times it to know how early a window's command must go out); ``{"cmd": "push", "i
 pushes batches until ``end`` and prints ``{"pushed", "first", "last"}`` (or ``{"error"}``;
 ``first`` is when this agent really began, later than ``start`` when it woke late, and it
 pushes nothing when it woke after ``end``); ``{"cmd": "quit"}`` ends it.
-Server URLs come from the environment (``LABKIT_BENCH_REDIS_URL`` / ``LABKIT_BENCH_NATS_URL``),
+Server URLs come from the environment (``LABKIT_REDIS_URL`` / ``LABKIT_NATS_URL``),
 never from argv, where ``ps`` would show their passwords. Nothing is pickled.
 """
 
@@ -21,14 +21,14 @@ import time
 from typing import Any
 
 from labkit.buffers.base import ExperienceBuffer
-from labkit.buffers.bench import NATS_URL_ENV, REDIS_URL_ENV
 from labkit.buffers.frame import Experience, make_experience
 from labkit.buffers.kinds import open_buffer
+from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
 
 
 def url_for(impl: str) -> str:
     """The server URL an implementation talks to, from this process's environment."""
-    return os.environ[NATS_URL_ENV if impl == "nats" else REDIS_URL_ENV]
+    return os.environ[CHILD_NATS_URL_ENV if impl == "nats" else CHILD_REDIS_URL_ENV]
 
 
 class Agent:

@@ -82,10 +82,9 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
     learner's log alone). Nothing the run started outlives it."""
     from labkit.observability.rules import RULES_FILE
     from labkit.runtime.launch import launch_local
-    from labkit.services.base import HOST
+    from labkit.services.base import CHILD_REDIS_URL_ENV, HOST
     from labkit.services.prometheus import PrometheusServer, ScrapeTarget
     from labkit.services.redis_server import REDIS_URL_ENV, RedisServer
-    from labkit.training.run import REDIS_ENV
 
     cfg = CapstoneConfig.from_json((cfg or CapstoneConfig()).to_json())  # ours to set workdir
     cfg.validate()
@@ -120,7 +119,7 @@ def run_capstone(cfg: CapstoneConfig | None = None, *, with_prometheus: bool = T
             max_nnodes=cfg.nodes if cfg.min_nodes < cfg.nodes else None,
             nodes_started=cfg.nodes, nproc_per_node=cfg.ranks_per_node,
             max_restarts=cfg.max_restarts, timeout_s=cfg.timeout_s, echo=echo, run_dir=run_dir,
-            on_tick=scheduler, env={REDIS_ENV: url, PORTS_ENV: ",".join(map(str, ports))})
+            on_tick=scheduler, env={CHILD_REDIS_URL_ENV: url, PORTS_ENV: ",".join(map(str, ports))})
         ended = time.time()
         log = read_records(Path(cfg.workdir) / LOG_FILE)
         if prom is not None:  # up to the learner's last record: ranks exiting is not an outage

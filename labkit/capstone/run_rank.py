@@ -48,8 +48,8 @@ from labkit.rl.progress import Progress, progress_from_state, progress_state
 from labkit.runtime.dist import RankInfo, setup, teardown
 from labkit.runtime.publish import RUN_DIR_ENV, publish
 from labkit.runtime.runlog import append_record, read_records
+from labkit.services.base import CHILD_REDIS_URL_ENV
 from labkit.training.actor_learner import HEARTBEAT_EVERY_S, POLL_S, PolicyStore, wait_for_turn
-from labkit.training.run import REDIS_ENV
 
 
 class FencedPolicyStore(PolicyStore):
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
     node = info.node
     slot = node * cfg.ranks_per_node + info.local_rank
     keys = redis_keys(info.run_id)
-    url = os.environ[REDIS_ENV]
+    url = os.environ[CHILD_REDIS_URL_ENV]
     store = FencedPolicyStore(url, keys.namespace, cfg.learner_timeout_s)
     start = int(store.redis.incr(keys.starts(slot)))  # this slot's incarnation, 1 = first
     metrics = RankMetrics(slot, info.world_size)

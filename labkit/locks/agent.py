@@ -1,6 +1,6 @@
 """One agent process of a lock experiment: ``python -m labkit.locks.agent SPEC_JSON``.
 
-The Redis URL comes from ``$LABKIT_LOCKS_REDIS_URL`` (not argv: ``ps`` shows argv). The agent
+The Redis URL comes from ``$LABKIT_REDIS_URL`` (not argv: ``ps`` shows argv). The agent
 connects, says ready (RPUSH ``<ns>:ready``), waits for the start signal (BLPOP ``<ns>:go``) so
 all agents start together, runs its role and prints one JSON line: the role's counts, or
 ``{"ok": false, "error": ...}`` (exit 1) when something unexpected failed. Nothing is pickled.
@@ -21,9 +21,10 @@ from typing import Any
 
 from redis.exceptions import LockError
 
-from labkit.locks.base import URL_ENV, LockTimeoutError, StaleTokenError, connect
+from labkit.locks.base import LockTimeoutError, StaleTokenError, connect
 from labkit.locks.fencing import FencedLock, FencedStore
 from labkit.locks.lockfree import AtomicAdd, watch_update
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 Counts = dict[str, int]
 Step = Callable[[Counts, float], None]
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(args[0])
     try:
-        client = connect(os.environ[URL_ENV])
+        client = connect(os.environ[CHILD_REDIS_URL_ENV])
         ns = spec["ns"]
         client.rpush(f"{ns}:ready", spec["index"])
         if client.blpop([f"{ns}:go"], timeout=float(spec["start_timeout_s"])) is None:

@@ -1,6 +1,6 @@
 """What every part of ``labkit.locks`` shares: errors, connecting, parameter checks, keys.
 
-Agents get the Redis URL from the environment (``LABKIT_LOCKS_REDIS_URL``), never from argv,
+Agents get the Redis URL from the environment (``LABKIT_REDIS_URL``), never from argv,
 where ``ps`` would show its password. Every experiment works under a fresh key prefix
 (``labkit:locks:<hex>``) and deletes it afterwards, so it can run on a shared Redis.
 """
@@ -16,7 +16,6 @@ from labkit.services.base import scrub_secrets
 if TYPE_CHECKING:
     import redis
 
-URL_ENV = "LABKIT_LOCKS_REDIS_URL"
 METHODS = ("none", "redis_lock", "fenced", "lua", "watch")
 """How a race agent increments the shared counter (see ``labkit.locks.agent``)."""
 SOCKET_TIMEOUT_S = 60.0  # longer than any blocking call we make, so a dead server still errors

@@ -19,15 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.errors import LaunchError
-from labkit.locks.base import (
-    URL_ENV,
-    check_int,
-    check_seconds,
-    connect,
-    delete_namespace,
-    new_namespace,
-)
+from labkit.locks.base import check_int, check_seconds, connect, delete_namespace, new_namespace
 from labkit.runtime.rank_script import rank_script
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 RANK_SCRIPT = rank_script(__name__)
 MARK = "LABKIT_LOCKS"
@@ -135,7 +129,7 @@ def guide_lock_overlap(url: str, ranks: int = 2, rounds: int = 5, think_s: float
     try:
         result = launch_local(RANK_SCRIPT, "overlap", ns, str(rounds), str(think_s), "-1",
                               nproc_per_node=ranks, timeout_s=limit, echo=None,
-                              env={URL_ENV: url, **CPU_GROUP}, check=True)
+                              env={CHILD_REDIS_URL_ENV: url, **CPU_GROUP}, check=True)
     finally:
         delete_namespace(client, ns)
         client.close()
@@ -167,7 +161,7 @@ def guide_lock_skip(url: str, ranks: int = 3, skip_rank: int | None = None,
     try:
         result = launch_local(RANK_SCRIPT, "skip", ns, "1", "0", str(skip_rank),
                               nproc_per_node=ranks, timeout_s=check_seconds("timeout_s", limit),
-                              echo=None, env={URL_ENV: url, **CPU_GROUP,
+                              echo=None, env={CHILD_REDIS_URL_ENV: url, **CPU_GROUP,
                                               "LABKIT_COLLECTIVE_TIMEOUT": str(collective_timeout_s)})
     finally:
         delete_namespace(client, ns)

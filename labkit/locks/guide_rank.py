@@ -5,7 +5,7 @@
 (gloo) instead of ``.cuda()``.
 
 - ``overlap``: every rank, ``ROUNDS`` times, "acquires", then does a read-modify-write of a
-  Redis counter (``$LABKIT_LOCKS_REDIS_URL``, key ``NAMESPACE:counter``) taking ``THINK_S``,
+  Redis counter (``$LABKIT_REDIS_URL``, key ``NAMESPACE:counter``) taking ``THINK_S``,
   and records when it entered and left. Rank 0 publishes the intervals, how many ranks were
   inside at once, and the lost updates.
 - ``skip``: rank ``SKIP_RANK`` does its write without calling ``acquire()`` and goes on with
@@ -50,9 +50,10 @@ class LockedBuffer:
 
 
 def _client():  # noqa: ANN202 (redis.Redis)
-    from labkit.locks.base import URL_ENV, connect
+    from labkit.locks.base import connect
+    from labkit.services.base import CHILD_REDIS_URL_ENV
 
-    return connect(os.environ[URL_ENV])
+    return connect(os.environ[CHILD_REDIS_URL_ENV])
 
 
 def overlap(rank: int, world: int, ns: str, rounds: int, think_s: float) -> None:

@@ -16,7 +16,8 @@ import tempfile
 import time
 from typing import IO, Any, NoReturn
 
-from labkit.locks.base import URL_ENV, LockExperimentError, connect
+from labkit.locks.base import LockExperimentError, connect
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 START_TIMEOUT_S = 60.0  # imports and connect of every agent, on a loaded 2-core machine
 
@@ -38,7 +39,7 @@ def run_agents(url: str, namespace: str, specs: list[dict[str, Any]],
     reply. :class:`LockExperimentError` if one fails, hangs past ``timeout_s`` (after the
     start signal) or prints no result."""
     client = connect(url)
-    env = {**os.environ, URL_ENV: url, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, CHILD_REDIS_URL_ENV: url, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     procs: list[subprocess.Popen[str]] = []
     logs: list[IO[str]] = []
     try:

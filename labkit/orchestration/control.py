@@ -35,7 +35,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from labkit.errors import ParameterError, ServiceError
-from labkit.services.base import parent_death_signal, redact, scrub_secrets
+from labkit.services.base import CHILD_REDIS_URL_ENV, parent_death_signal, redact, scrub_secrets
 
 if TYPE_CHECKING:
     import redis
@@ -50,7 +50,6 @@ STATES = ("starting", "running", "draining", "left")
 
 DEAD = "dead"
 
-URL_ENV = "LABKIT_CONTROL_REDIS_URL"
 
 
 """How :func:`spawn_agent` hands the Redis URL to an agent (the environment, not argv)."""
@@ -304,7 +303,7 @@ def spawn_agent(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s
             "--step-s", repr(_check_seconds("step_s", step_s))]
     if steps is not None:
         argv += ["--steps", str(int(steps))]
-    env = {**os.environ, URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, CHILD_REDIS_URL_ENV: url, JOB_ENV: job, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=stderr,
                             start_new_session=True, preexec_fn=parent_death_signal())

@@ -1,6 +1,6 @@
 """A toy agent process that beats, and the control plane's command line (``labkit agents``).
 
-The Redis URL comes from ``$LABKIT_CONTROL_REDIS_URL`` or ``$REDIS_URL`` when ``--redis`` is left
+The Redis URL comes from ``$LABKIT_REDIS_URL`` or ``$REDIS_URL`` when ``--redis`` is left
 out (URLs in argv are visible to ``ps``)::
 
     labkit agents agent --job J --name N [--ttl-s 3 --interval-s 1 --steps K --step-s S]
@@ -23,13 +23,9 @@ from labkit.services.redis_server import REDIS_URL_ENV
 
 if TYPE_CHECKING:
     pass
-from labkit.orchestration.control import (
-    DRAIN_S,
-    URL_ENV,
-    Heartbeat,
-    _check_seconds,
-)
+from labkit.orchestration.control import DRAIN_S, Heartbeat, _check_seconds
 from labkit.orchestration.fleet import status_main
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 
 def agent_main(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s: float = 1.0,
@@ -64,9 +60,9 @@ def agent_main(url: str, job: str, name: str, *, ttl_s: float = 3.0, interval_s:
 
 
 def _url(given: str | None) -> str:
-    url = given or os.environ.get(URL_ENV) or os.environ.get(REDIS_URL_ENV)
+    url = given or os.environ.get(CHILD_REDIS_URL_ENV) or os.environ.get(REDIS_URL_ENV)
     if not url:
-        raise ParameterError(f"no Redis URL: pass --redis or set {URL_ENV} or {REDIS_URL_ENV}")
+        raise ParameterError(f"no Redis URL: pass --redis or set {CHILD_REDIS_URL_ENV} or {REDIS_URL_ENV}")
     return url
 
 
@@ -75,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Agent heartbeats and fleet status in Redis.")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--redis", help=f"Redis URL (default ${URL_ENV} or ${REDIS_URL_ENV}; "
+    common.add_argument("--redis", help=f"Redis URL (default ${CHILD_REDIS_URL_ENV} or ${REDIS_URL_ENV}; "
                                         "a URL here is visible to ps)")
     common.add_argument("--job", required=True)
     agent = sub.add_parser("agent", parents=[common], help="run a toy agent that beats")

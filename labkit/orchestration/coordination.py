@@ -33,13 +33,12 @@ from dataclasses import asdict, dataclass
 from labkit.errors import LaunchError, ParameterError
 from labkit.runtime.rank_script import rank_script
 from labkit.runtime.stats import percentile
+from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
 
 TRANSPORTS = ("tcpstore", "barrier", "redis_blpop", "redis_pubsub", "nats_request")
 REDIS_TRANSPORTS = frozenset({"redis_blpop", "redis_pubsub"})
 NATS_TRANSPORTS = frozenset({"nats_request"})
 RANK_SCRIPT = rank_script(__name__)
-REDIS_ENV = "LABKIT_COORD_REDIS_URL"  # env, not argv: the URL carries a password
-NATS_ENV = "LABKIT_COORD_NATS_URL"  # env, not argv: the URL carries a token
 DEFAULT_SAMPLES = 2000
 DEFAULT_WARMUP = 50
 
@@ -131,11 +130,11 @@ def measure_coordination(samples: int = DEFAULT_SAMPLES, warmup: int = DEFAULT_W
     try:
         if REDIS_TRANSPORTS & set(names):
             redis_server = RedisServer().start()
-            env[REDIS_ENV] = redis_server.url
+            env[CHILD_REDIS_URL_ENV] = redis_server.url
             server["redis-server"] = check_redis(redis_server.url).version
         if NATS_TRANSPORTS & set(names):
             nats_server = NatsServer().start()
-            env[NATS_ENV] = nats_server.url
+            env[CHILD_NATS_URL_ENV] = nats_server.url
             server["nats-server"] = check_nats(nats_server.url).version
         result = launch_local(RANK_SCRIPT, ",".join(names), str(samples), str(warmup),
                               nproc_per_node=2, timeout_s=timeout_s, env=env, echo=None,

@@ -5,8 +5,8 @@ transport in turn both ranks connect, meet at a barrier, run ``WARMUP`` untimed 
 timed round trips (rank 0 times each with ``perf_counter_ns``), meet again and disconnect.
 Every ping carries its sequence number; a reply must bring it back. Rank 0 publishes the raw
 round-trip times (ns) and whether both ranks saw every message, in order.
-Redis and NATS URLs come from the environment (``LABKIT_COORD_REDIS_URL``,
-``LABKIT_COORD_NATS_URL``).
+Redis and NATS URLs come from the environment (``LABKIT_REDIS_URL``,
+``LABKIT_NATS_URL``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 import labkit.runtime.dist
-from labkit.orchestration.coordination import NATS_ENV, REDIS_ENV
 from labkit.runtime import publish
+from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
 
 WAIT_S = 30.0  # longest wait for one reply: a lost message fails the run, it does not hang it
 _PREFIX = "labkit:coordination:"
@@ -115,7 +115,7 @@ def barrier(rank: int, timer: Timer) -> tuple[bool, list[int]]:
 def _redis_client():  # noqa: ANN202 (redis.Redis; redis is imported lazily)
     import redis
 
-    return redis.Redis.from_url(os.environ[REDIS_ENV], socket_timeout=WAIT_S + 5,
+    return redis.Redis.from_url(os.environ[CHILD_REDIS_URL_ENV], socket_timeout=WAIT_S + 5,
                                 socket_connect_timeout=WAIT_S)
 
 
@@ -210,7 +210,7 @@ def nats_request(rank: int, timer: Timer) -> tuple[bool, list[int]]:
     total = timer.warmup + timer.samples
 
     async def main() -> bool:
-        nc = await nats.connect(os.environ[NATS_ENV], connect_timeout=WAIT_S,
+        nc = await nats.connect(os.environ[CHILD_NATS_URL_ENV], connect_timeout=WAIT_S,
                                 allow_reconnect=False)
         try:
             if rank == 1:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.errors import ParameterError
-from labkit.orchestration.control import JOB_ENV, URL_ENV
+from labkit.orchestration.control import JOB_ENV
 from labkit.orchestration.elastic_plan import (
     HORIZON_FILE,
     Horizon,
@@ -57,6 +57,7 @@ from labkit.runtime.launch import Echo, launch_local
 from labkit.runtime.pace import startup_allowance_s
 from labkit.runtime.rank_script import rank_script
 from labkit.runtime.runlog import LogTail
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 HOLD_POLL_S = 0.05  # how often a holding group looks again: a response time, not a wait for work
 
@@ -286,7 +287,7 @@ def run_elastic(
                 run_dir=Path(scratch) / "run", on_tick=scheduler, join_timeout_s=join_timeout,
                 env={**({} if collective_timeout_s is None
                         else {TIMEOUT_ENV: str(collective_timeout_s)}),
-                     **({} if control is None else {URL_ENV: control[0], JOB_ENV: control[1]})},
+                     **({} if control is None else {CHILD_REDIS_URL_ENV: control[0], JOB_ENV: control[1]})},
             )
         finally:
             (folder / HORIZON_FILE).unlink(missing_ok=True)  # a reused folder starts unlimited

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit.orchestration.control import JOB_ENV, URL_ENV, Heartbeat
+from labkit.orchestration.control import JOB_ENV, Heartbeat
 from labkit.orchestration.elastic import HOLD_POLL_S, REFORM_EXIT, ElasticConfig
 from labkit.orchestration.elastic_model import global_batch, make_model, rank_batch
 from labkit.orchestration.elastic_plan import Horizon, read_horizon
@@ -40,6 +40,7 @@ from labkit.reliability.checkpoint import CheckpointManager, model_fingerprint, 
 from labkit.runtime.dist import setup, teardown
 from labkit.runtime.publish import publish
 from labkit.runtime.runlog import append_record, read_records
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 _notice = {"at": 0.0}  # when SIGTERM arrived (0: not yet)
 
@@ -115,8 +116,8 @@ def main(argv: list[str]) -> None:
     info = setup()
     node = info.node
     beat = None  # with a control plane configured, each rank reports its state and step
-    if os.environ.get(URL_ENV) and os.environ.get(JOB_ENV):
-        beat = Heartbeat(os.environ[URL_ENV], os.environ[JOB_ENV],
+    if os.environ.get(CHILD_REDIS_URL_ENV) and os.environ.get(JOB_ENV):
+        beat = Heartbeat(os.environ[CHILD_REDIS_URL_ENV], os.environ[JOB_ENV],
                          f"node{node}.rank{info.local_rank}",
                          ttl_s=3.0, interval_s=1.0, node=node, rank=info.rank).start()
     attempt = info.restart_count

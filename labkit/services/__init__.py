@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what each name is, for readers and type checkers
     from labkit.services.base import (
+        CHILD_NATS_URL_ENV,
+        CHILD_REDIS_URL_ENV,
         HOST,
         ManagedServer,
         can_bind,
@@ -73,6 +75,8 @@ _HOME = {
     "can_bind": "labkit.services.base",
     "check_nats": "labkit.services.probes",
     "check_redis": "labkit.services.probes",
+    "CHILD_NATS_URL_ENV": "labkit.services.base",
+    "CHILD_REDIS_URL_ENV": "labkit.services.base",
     "config_quote": "labkit.services.base",
     "find_redis_cli": "labkit.services.redis_cluster",
     "HOST": "labkit.services.base",

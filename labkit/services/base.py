@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     pass
 
 HOST = "127.0.0.1"
+CHILD_REDIS_URL_ENV = "LABKIT_REDIS_URL"
+"""How a process labkit starts (a rank, an agent) finds the run's Redis: in its environment, not
+its argv, because the URL carries a password and ``ps`` shows argv."""
+CHILD_NATS_URL_ENV = "LABKIT_NATS_URL"
+"""The same for NATS (its URL carries a token)."""
 
 _PORT_ATTEMPTS = 5  # automatic ports: another process may take the port before the server binds
 

@@ -1,13 +1,13 @@
 """Training on many ranks (lessons 04, 06, 10): the same CartPole agents, synchronously with DDP or
 asynchronously with actors and a learner.
 
-- ``run`` (ranks: ``run_rank.py``): ``train(TrainConfig(...))`` launches the job and returns
+- ``train`` (ranks: ``train_rank.py``): ``train(TrainConfig(...))`` launches the job and returns
   its result; it is also the ``labkit train`` command.
 - ``sync``: every rank collects a rollout, DDP averages the gradients, every rank steps.
 - ``actor_learner``: actor ranks push rollouts through a buffer, the learner trains on arrivals
   and publishes versioned weights (the capstone's learner waits its turn the same way).
 - ``result``: the one result dict both modes return (throughput, learning, lag, parameter hash).
-- ``sync_async``: ``compare``, sync vs async side by side, with and without a straggler (``labkit bench sync-async``).
+- ``compare``: sync vs async side by side, with and without a straggler (``labkit bench sync-async``).
 - ``fixed_lag``: the staleness methods at a controlled lag, over seeds (``labkit bench staleness``).
 
 ::

@@ -27,9 +27,9 @@ from labkit.rl.agents import ActorCritic, EnvPool, Rollout, collect, seed_everyt
 from labkit.rl.learner import actor_critic_loss, apply_update
 from labkit.rl.progress import Progress
 from labkit.runtime.dist import RankInfo
-from labkit.services.base import redact
+from labkit.services.base import CHILD_REDIS_URL_ENV, redact
 from labkit.training.result import lag_stats, summarize
-from labkit.training.run import REDIS_ENV, TrainConfig
+from labkit.training.run import TrainConfig
 
 HEARTBEAT_EVERY_S = 0.25
 POLL_S = 0.002
@@ -111,9 +111,9 @@ def wait_for_turn(store: PolicyStore, agent: int, pushed: int, max_inflight: int
 
 def run_async(cfg: TrainConfig, info: RankInfo) -> dict[str, Any] | None:
     """Rank 0 learns, ranks 1..agents act (agent ``rank - 1``)."""
-    url = os.environ.get(REDIS_ENV)
+    url = os.environ.get(CHILD_REDIS_URL_ENV)
     if not url:
-        raise LabkitError(f"async training needs ${REDIS_ENV} (labkit.training.run sets it)")
+        raise LabkitError(f"async training needs ${CHILD_REDIS_URL_ENV} (labkit.training.run sets it)")
     namespace = f"train:{info.run_id}"
     store = PolicyStore(url, namespace, cfg.learner_timeout_s)
     role = "the learner" if info.rank == 0 else f"actor {info.rank - 1}"

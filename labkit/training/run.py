@@ -27,11 +27,11 @@ from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, ca
 from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import METHODS, StalenessConfig
 from labkit.runtime.rank_script import rank_script
+from labkit.services.base import CHILD_REDIS_URL_ENV
 
 MODES = ("sync", "async")
 BUFFERS = ("list", "stream")
 RANK_SCRIPT = rank_script(__name__)
-REDIS_ENV = "LABKIT_TRAIN_REDIS_URL"  # how ranks find the server (env, not argv: it has a password)
 
 
 @dataclass
@@ -153,7 +153,7 @@ def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = No
             if not url:
                 server = RedisServer().start()
                 url = server.url
-            env[REDIS_ENV] = url
+            env[CHILD_REDIS_URL_ENV] = url
         result = launch_local(
             RANK_SCRIPT, cfg.to_json(), nnodes=cfg.nnodes,
             nproc_per_node=cfg.world_size // cfg.nnodes, timeout_s=cfg.timeout_s, env=env,
