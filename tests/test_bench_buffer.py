@@ -10,16 +10,9 @@ import shutil
 
 import pytest
 
-from labkit.buffers.bench import (
-    IMPLS,
-    Spans,
-    add_arguments,
-    explained_table,
-    measure_buffers,
-    notes,
-    parse_benchmark_csv,
-    sweep_summary,
-)
+from labkit.buffers.bench import IMPLS, add_arguments, measure_buffers, parse_benchmark_csv
+from labkit.buffers.bench_report import explained_table, notes, sweep_summary
+from labkit.buffers.bench_tracking import Spans
 
 ROW_KEYS = {"impl", "push_per_s", "pull_per_s", "e2e_per_s", "redis_benchmark_rpush_per_s",
             "lost", "duplicates", "malformed", "pushed", "server_cpu_push", "server_cpu_e2e",

@@ -31,27 +31,32 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
-import threading
 import time
 import uuid
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from labkit.errors import LabkitError, ParameterError
-from labkit.runtime.pace import startup_allowance_s
-from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
+from labkit.buffers.bench_pool import AgentPool
+from labkit.buffers.bench_report import explained_table
+from labkit.buffers.bench_tracking import (
+    DRAIN_LIMIT_S,
+    DRAIN_QUIET_S,
+    LEAD_MIN_S,
+    LEAD_ROUND_TRIPS,
+    Spans,
+    Tracker,
+)
+from labkit.errors import ParameterError
 
 IMPLS = ("guide", "list", "stream", "nats")
+
 SWEEP_IMPLS = ("guide", "list")
-LEAD_ROUND_TRIPS = 5.0  # a window's command goes out this many measured round trips early,
-LEAD_MIN_S = 0.02  # and never less, so that every agent is waiting when the window opens
-DRAIN_LIMIT_S = 120.0  # only bounds a drain that keeps getting items
-DRAIN_QUIET_S = 2.0  # a drain short of what was pushed ends after pulls were empty this long
-TOGETHER = 0.9  # a phase with every agent pushing less of the time than this gets a note
+
+
+
+
 
 
 @dataclass
@@ -75,123 +80,6 @@ class ImplResult:
     push_overlap: float | None = None  # share of the push phase with every agent pushing
     e2e_overlap: float | None = None  # share of the end-to-end window with every agent pushing
     skipped: str | None = None
-
-
-@dataclass
-class Tracker:
-    """Checks what the learner gets: ids seen once, tensor bytes as the agents sent them."""
-
-    expected_obs: bytes
-    guide: bool
-    returned: int = 0
-    intact: int = 0
-    corrupt: int = 0
-    duplicates: int = 0
-    seen: set[tuple[int, int]] = field(default_factory=set)
-
-    def take(self, exps: list) -> int:
-        """Counts ``exps``; returns how many arrived intact and new."""
-        good = 0
-        for exp in exps:
-            self.returned += 1
-            if not self.guide:
-                key = (exp.agent_id, exp.seq)
-                if key in self.seen:
-                    self.duplicates += 1
-                    continue
-                self.seen.add(key)
-            tensor = exp.tensors.get("raw" if self.guide else "obs")
-            if tensor is not None and tensor.numpy().tobytes() == self.expected_obs:
-                good += 1
-            else:
-                self.corrupt += 1
-        self.intact += good
-        return good
-
-
-REPLY_TIMEOUT_S = 300.0  # an agent that hangs ends the benchmark instead of hanging it
-
-
-def _readline(proc: subprocess.Popen[str], timeout_s: float) -> str | None:
-    """One line from the agent, or None if none came within ``timeout_s``."""
-    box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout_s)
-    return box[0] if box else None
-
-
-class AgentPool:
-    """``n`` agent processes; ``window`` runs one push window on all of them."""
-
-    def __init__(self, n: int, redis_url: str, nats_url: str | None) -> None:
-        env = {**os.environ, CHILD_REDIS_URL_ENV: redis_url, CHILD_NATS_URL_ENV: nats_url or "",
-               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self._errors: IO[str] = tempfile.TemporaryFile("w+")
-        self.procs: list[subprocess.Popen[str]] = []
-        try:
-            for i in range(n):
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "labkit.buffers.bench_agent", str(i)], env=env,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors,
-                    text=True))
-            # {"ready": i} from each, once n processes have imported torch on these cores
-            self._replies(max(REPLY_TIMEOUT_S, startup_allowance_s(n)))
-        except BaseException:
-            self.close()
-            raise
-
-    def send(self, cmd: dict[str, Any]) -> None:
-        line = json.dumps(cmd) + "\n"
-        for proc in self.procs:
-            assert proc.stdin is not None
-            proc.stdin.write(line)
-            proc.stdin.flush()
-
-    def _replies(self, timeout_s: float = REPLY_TIMEOUT_S) -> list[dict[str, Any]]:
-        replies = []
-        for i, proc in enumerate(self.procs):
-            assert proc.stdout is not None
-            line = _readline(proc, timeout_s)
-            if line is None:
-                raise LabkitError(f"buffer agent {i} did not answer within {timeout_s:g} s")
-            reply = json.loads(line) if line.strip() else {"error": "exited"}
-            if "error" in reply:
-                self._errors.seek(0)
-                tail = "\n".join(self._errors.read().splitlines()[-15:])
-                raise LabkitError(f"buffer agent {i} failed: {reply['error']}\n{tail}")
-            replies.append(reply)
-        return replies
-
-    def collect(self) -> list[dict[str, Any]]:
-        """Each agent's reply to the last command, in agent order."""
-        return self._replies()
-
-    def round_trip_s(self) -> float:
-        """Seconds from sending every agent a ping to the last answer: what getting a command
-        to all of them costs on this machine now."""
-        began = time.time()
-        self.send({"cmd": "ping"})
-        self._replies()
-        return time.time() - began
-
-    def close(self) -> None:
-        for proc in self.procs:
-            try:
-                if proc.poll() is None and proc.stdin is not None:
-                    proc.stdin.write('{"cmd": "quit"}\n')
-                    proc.stdin.close()
-            except OSError:
-                pass
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-        self._errors.close()
 
 
 def server_cpu_seconds(client: Any) -> float:
@@ -229,41 +117,6 @@ def parse_benchmark_csv(text: str, test: str) -> float | None:
             except ValueError:
                 return None
     return None
-
-
-@dataclass
-class Spans:
-    """When each agent of one window really pushed: its count and its own [first, last]."""
-
-    pushed: list[int]
-    first: list[float]
-    last: list[float]
-
-    @classmethod
-    def of(cls, replies: list[dict[str, Any]]) -> Spans:
-        return cls([int(r["pushed"]) for r in replies], [float(r["first"]) for r in replies],
-                   [float(r["last"]) for r in replies])
-
-    def own_rate(self) -> float | None:
-        """The sum of each agent's rate over its own span; None when nobody pushed."""
-        rates = [n / (b - a) for n, a, b in zip(self.pushed, self.first, self.last, strict=True)
-                 if n > 0 and b > a]
-        return sum(rates) if rates else None
-
-    def together(self, until: float | None = None) -> tuple[float, float] | None:
-        """The stretch in which every agent was pushing (cut at ``until``), or None."""
-        if not all(self.pushed):
-            return None
-        begin, end = max(self.first), min(self.last)
-        if until is not None:
-            end = min(end, until)
-        return (begin, end) if end > begin else None
-
-    def overlap(self) -> float:
-        """The share of this phase (first start to last end) with every agent pushing."""
-        common = self.together()
-        whole = max(self.last) - min(self.first)
-        return round((common[1] - common[0]) / whole, 3) if common and whole > 0 else 0.0
 
 
 def _drain(learner: Any, tracker: Tracker, batch: int, want: int) -> tuple[int, float]:
@@ -519,87 +372,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"redis {report['redis_version']}, redis-benchmark RPUSH: "
               f"{report['redis_benchmark_rpush_per_s']}/s")
     return 0
-
-
-COLUMNS = ("agents", "impl", "push_per_s", "pull_per_s", "e2e_per_s", "server_cpu_push",
-           "server_cpu_e2e", "lost", "duplicates", "malformed")
-
-
-def _cell(column: str, value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.2f}" if column.startswith("server_cpu") else f"{value:.0f}"
-    return str(value)
-
-
-def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> str:
-    """Result rows as an aligned text table; a rate that could not be measured shows "n/a"
-    (:func:`notes` says why), a skipped implementation shows its reason."""
-    def line(cells: list[str]) -> str:
-        return "  ".join(f"{cell:>15}" for cell in cells)
-
-    lines = [line(list(columns))]
-    for row in rows:
-        cells = [_cell(c, row.get(c)) for c in columns]
-        if row.get("skipped"):
-            lines.append(f"{line(cells[:2])}  skipped: {row['skipped']}")
-        else:
-            lines.append(line(cells))
-    return "\n".join(lines)
-
-
-def notes(row: dict[str, Any], seconds: float) -> list[str]:
-    """Sentences for a row whose numbers need context: agents that started late or pushed
-    apart, a window in which a rate could not be measured, experiences that never came back."""
-    if row.get("skipped"):
-        return []
-    who = f"{row['impl']} ({row['agents']} agents)" if "agents" in row else row["impl"]
-    late = (f"the last agent started {row.get('late_start_s') or 0:g} s after its window "
-            f"opened (the command went out {row.get('lead_s') or 0:g} s early, "
-            f"{LEAD_ROUND_TRIPS:g} measured round trips)")
-    apart = (f"{late}, and the agents' final batches, finished rather than cut, ended "
-             f"{row.get('end_spread_s') or 0:g} s apart")
-    out = []
-    together = row.get("push_overlap") or 0.0
-    if row["push_per_s"] is None:
-        out.append(f"{who}: no agent pushed in the {seconds:g} s push window: {late}. A busy "
-                   "machine wakes its processes late; raise the window.")
-    elif together < TOGETHER:
-        out.append(f"{who}: the agents pushed together for {100 * together:.0f}% of the push "
-                   f"phase: {apart}. push/s adds up each agent's own rate; while fewer agents "
-                   "pushed, each had more of the machine, so the sum over-states what they "
-                   "sustain together. A longer window makes these edges a smaller share.")
-    e2e_share = row.get("e2e_overlap") or 0.0
-    if row["e2e_per_s"] is None:
-        out.append(f"{who}: at no moment of the {seconds:g} s end-to-end window was every "
-                   f"agent pushing, so there is no end-to-end rate: {late}.")
-    elif e2e_share < TOGETHER:
-        out.append(f"{who}: end to end is counted over the {e2e_share * seconds:.2f} s "
-                   f"({100 * e2e_share:.0f}% of the window) in which every agent pushed.")
-    if row["pull_per_s"] is None:
-        out.append(f"{who}: nothing came back to the learner, so there is no pull rate.")
-    if row.get("lost"):
-        out.append(f"{who}: {row['lost']} pushed experience(s) never came back, though the "
-                   f"learner pulled until its pulls had been empty for {DRAIN_QUIET_S:g} s.")
-    return out
-
-
-def explained_table(rows: list[dict[str, Any]], seconds: float) -> str:
-    """:func:`table`, then the :func:`notes` of every row that needs one."""
-    return "\n".join([table(rows), *(note for row in rows for note in notes(row, seconds))])
-
-
-def sweep_summary(points: list[dict[str, Any]], impl: str) -> str:
-    """Where ``impl``'s push rate peaked in a sweep, and the most of a core Redis used."""
-    rows = [p for p in points if p["impl"] == impl and p.get("push_per_s") is not None]
-    if not rows:
-        return f"{impl}: no agent count gave a push rate (see the notes above)"
-    best = max(rows, key=lambda p: p["push_per_s"])
-    cpu = [p for p in rows if p.get("server_cpu_push") is not None]
-    busiest = max(cpu, key=lambda p: p["server_cpu_push"]) if cpu else None
-    server = ("the server's CPU was not available" if busiest is None else
-              f"Redis used at most {busiest['server_cpu_push']:.2f} of a core "
-              f"(at {busiest['agents']} agents)")
-    return (f"{impl}: push rate peaked at {best['push_per_s']:.0f}/s with {best['agents']} "
-            f"agent(s); {server}")
