@@ -131,7 +131,7 @@ def _course_speed(args: argparse.Namespace) -> int:
 
 
 def _course_student(args: argparse.Namespace) -> int:
-    from labkit.course.workshop import write_student_copies
+    from labkit.course.workshop_student import write_student_copies
 
     copies = write_student_copies(args.notebooks, args.out, only=args.only or None,
                                   force=args.force)
@@ -142,7 +142,7 @@ def _course_student(args: argparse.Namespace) -> int:
 
 
 def _course_check(args: argparse.Namespace) -> int:
-    from labkit.course.workshop import check_notebook, format_report, locate
+    from labkit.course.workshop_check import check_notebook, format_report, locate
 
     report = check_notebook(locate(args.notebook, args.notebooks), smoke=args.smoke,
                             timeout=args.cell_timeout, output=args.output)

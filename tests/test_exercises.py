@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.course import workshop
+from labkit.course import workshop, workshop_student
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 COURSE = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -33,7 +33,7 @@ def test_notebook_exercises(path: Path, capsys):
     nb = nbformat.read(path, as_version=4)
     exercises = workshop.find_exercises(nb, path.stem)  # validates the tags
     assert exercises, f"{path.name} has no exercise"
-    student = workshop.make_student_copy(nb, path.stem)  # ParameterError if a stub does not compile
+    student = workshop_student.make_student_copy(nb, path.stem)  # ParameterError if a stub does not compile
     for exercise in exercises:
         name = exercise.name
         intro = nb.cells[exercise.solution - 1]

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from labkit import cli
-from labkit.course import workshop
+from labkit.course import workshop, workshop_check, workshop_student
 from labkit.errors import ParameterError
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -63,7 +63,7 @@ def fill_in(student: Path, target: Path, answers: dict[str, str]) -> Path:
 
 def student_copy(instructor: Path, target: Path) -> Path:
     nb = nbformat.read(instructor, as_version=4)
-    nbformat.write(workshop.make_student_copy(nb, instructor.stem), target)
+    nbformat.write(workshop_student.make_student_copy(nb, instructor.stem), target)
     return target
 
 
@@ -121,7 +121,7 @@ def test_mismatched_tags_are_a_clear_error(cells, message):
     with pytest.raises(ParameterError, match=message):
         workshop.find_exercises(nb, "00_ex")
     with pytest.raises(ParameterError, match=message):
-        workshop.make_student_copy(nb, "00_ex")
+        workshop_student.make_student_copy(nb, "00_ex")
 
 
 def test_markdown_exercise_cell_is_an_error():
@@ -132,26 +132,26 @@ def test_markdown_exercise_cell_is_an_error():
 
 
 def test_stub_keeps_instructions_and_keep_lines(tmp_path):
-    assert workshop.stub_source(TOTAL, "total") == (
+    assert workshop_student.stub_source(TOTAL, "total") == (
         "# Exercise: add up the chunks, the way a ring all-reduce would.\n"
         "# Hint: one pass over xs.\n"
         "from labkit.course.workshop import ExerciseNotDone\n"
         "def total(xs):  # keep\n"
         '    raise ExerciseNotDone("total")'
     )
-    assert workshop.stub_source(MEAN, "mean").splitlines()[1:] == [
+    assert workshop_student.stub_source(MEAN, "mean").splitlines()[1:] == [
         "from labkit.course.workshop import ExerciseNotDone",
         'raise ExerciseNotDone("mean")',
     ]
     two = "import math  # keep\n\ndef f(x):  # keep\n    return x\n\n\ndef g():  # keep\n    pass"
-    assert workshop.stub_source(two, "two") == (
+    assert workshop_student.stub_source(two, "two") == (
         "from labkit.course.workshop import ExerciseNotDone\nimport math  # keep\n\ndef f(x):  # keep\n"
         '    raise ExerciseNotDone("two")\n\n\ndef g():  # keep\n    raise ExerciseNotDone("two")'
     )
     # a student copy of a student copy is the same copy
     instructor = nbformat.read(course_notebook(tmp_path / "00_ex.ipynb"), as_version=4)
-    student = workshop.make_student_copy(instructor, "00_ex")
-    assert workshop.make_student_copy(student, "00_ex") == student
+    student = workshop_student.make_student_copy(instructor, "00_ex")
+    assert workshop_student.make_student_copy(student, "00_ex") == student
     assert instructor.cells[3].source == TOTAL  # the original is untouched
 
 
@@ -162,9 +162,9 @@ def test_student_copy_strips_outputs_and_refuses_a_broken_stub():
     sol.execution_count = 3
     nb.cells = [sol, workshop.check_cell("assert f() == 1", "f")]
     with pytest.raises(ParameterError, match="00_ex: exercise 'f': the student stub .*# keep"):
-        workshop.make_student_copy(nb, "00_ex")  # `raise` then an indented line
+        workshop_student.make_student_copy(nb, "00_ex")  # `raise` then an indented line
     sol.source = "# write f\nif True:  # keep\n    f = lambda: 1  # keep"
-    student = workshop.make_student_copy(nb, "00_ex")
+    student = workshop_student.make_student_copy(nb, "00_ex")
     assert student.cells[0].outputs == [] and student.cells[0].execution_count is None
     assert sol.outputs  # the original keeps its outputs
 
@@ -184,15 +184,15 @@ def test_instructor_copy_passes_every_check(tmp_path):
     nbdir = tmp_path / "notebooks"
     path = course_notebook(nbdir / "00_ex.ipynb")
     (nbdir / "smoke.yml").write_text("00_ex: {n: 6}\n")
-    report = workshop.check_notebook(path, smoke=True, output=tmp_path / "executed.ipynb")
-    assert report.ok, workshop.format_report(report)
+    report = workshop_check.check_notebook(path, smoke=True, output=tmp_path / "executed.ipynb")
+    assert report.ok, workshop_check.format_report(report)
     assert results(report) == [("total", "passed"), ("mean", "passed")]
     assert report.stopped is None and all(e.error is None for e in report.exercises)
     executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert "n = 6" in injected[0].source  # smoke size from smoke.yml
     assert "the end, n = 6" in executed.cells[-1].outputs[0]["text"]
-    assert workshop.format_report(report).splitlines() == [
+    assert workshop_check.format_report(report).splitlines() == [
         "PASS total", "PASS mean", "00_ex.ipynb: 2 exercises, all pass",
         f"executed notebook: {tmp_path / 'executed.ipynb'}",
     ]
@@ -202,13 +202,13 @@ def test_instructor_copy_passes_every_check(tmp_path):
 def test_student_copy_fails_each_check_as_not_done(tmp_path):
     instructor = course_notebook(tmp_path / "notebooks" / "00_ex.ipynb")
     student = student_copy(instructor, tmp_path / "00_ex.ipynb")
-    report = workshop.check_notebook(student, output=tmp_path / "executed.ipynb")
+    report = workshop_check.check_notebook(student, output=tmp_path / "executed.ipynb")
     assert not report.ok
     assert results(report) == [("total", "not done"), ("mean", "not done")]
     for e in report.exercises:
         assert e.error.startswith(f"exercise '{e.name}' is not done yet")
     assert report.stopped is None  # the run went on to the end
-    lines = workshop.format_report(report).splitlines()
+    lines = workshop_check.format_report(report).splitlines()
     assert lines[0].startswith("FAIL total: exercise 'total' is not done yet")
     assert lines[2] == "00_ex.ipynb: 2 exercises, 0 of 2 pass"
     # the kept notebook shows the learner's errors, without the checker's own marks
@@ -226,9 +226,9 @@ def test_filled_in_solutions_pass(tmp_path):
     instructor = course_notebook(tmp_path / "notebooks" / "00_ex.ipynb")
     student = student_copy(instructor, tmp_path / "student.ipynb")
     answers = {"total": "def total(xs):\n    return sum(xs)", "mean": "mean = sum(data) / n"}
-    report = workshop.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers),
+    report = workshop_check.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers),
                                      parameters={"n": 10})
-    assert report.ok, workshop.format_report(report)
+    assert report.ok, workshop_check.format_report(report)
     assert results(report) == [("total", "passed"), ("mean", "passed")]
 
 
@@ -237,7 +237,7 @@ def test_wrong_and_missing_solutions_fail_with_the_reason(tmp_path):
     instructor = course_notebook(tmp_path / "notebooks" / "00_ex.ipynb")
     student = student_copy(instructor, tmp_path / "student.ipynb")
     answers = {"total": "def total(xs):\n    return 0", "mean": "mean = 7"}
-    report = workshop.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers))
+    report = workshop_check.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers))
     assert results(report) == [("total", "failed"), ("mean", "failed")]
     total, mean = report.exercises
     assert total.error == "check failed: assert total(data) == n * (n - 1) // 2 (line 1)"
@@ -252,17 +252,17 @@ def test_a_failing_normal_cell_stops_the_run(tmp_path):
                                  middle="print(total([1, 2]))")
     student = student_copy(instructor, tmp_path / "student.ipynb")
     answers = {"mean": "mean = 1.5"}
-    report = workshop.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers))
+    report = workshop_check.check_notebook(fill_in(student, tmp_path / "00_ex.ipynb", answers))
     assert results(report) == [("total", "not done"), ("mean", "not run")]
     assert report.stopped.startswith("cell 6 raised ExerciseNotDone: exercise 'total'")
     assert report.exercises[1].error.startswith("not run: the notebook stopped at cell 6")
-    assert "stopped: cell 6 raised ExerciseNotDone" in workshop.format_report(report)
+    assert "stopped: cell 6 raised ExerciseNotDone" in workshop_check.format_report(report)
 
 
 @pytest.mark.notebook
 def test_a_check_that_times_out_fails_and_stops_the_run(tmp_path):
     path = course_notebook(tmp_path / "00_ex.ipynb", mean="import time\ntime.sleep(30)")
-    report = workshop.check_notebook(path, timeout=1)
+    report = workshop_check.check_notebook(path, timeout=1)
     assert results(report) == [("total", "passed"), ("mean", "failed")]
     assert report.exercises[1].error.startswith(
         "the solution cell (cell 6) did not finish: cell 6: CellTimeoutError")

@@ -5,7 +5,8 @@ and fires an alert when one link between two ranks gets slow.
   pair latency matrix, buffer, lag, restarts, lock waits, checkpoints).
 - ``rules``: the alert rules (``PairLatencyHigh``, ``RankDown``) and ``promtool`` checks.
 - ``readback``: samples from a scrape or a query, the pair matrix, histogram quantiles.
-- ``observe``: the experiment, ``observe_job`` (``observe_rank.py`` is what its ranks run).
+- ``observe``: the experiment, ``observe_job`` (``observe_rank.py`` is what its ranks run;
+  ``watch`` polls the server while it runs, ``observed`` is what it returns).
 - ``PrometheusServer`` (from ``labkit.services.prometheus``): the real server on loopback.
 
 ::
@@ -25,23 +26,22 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         CHECKPOINT_BUCKETS,
         LATENCY_BUCKETS,
         LOCK_BUCKETS,
+        PORTS_FILE,
+        STOP_FILE,
         RankMetrics,
     )
     from labkit.observability.observe import (
-        MIN_EVALUATIONS,
         PICKUP_TIMEOUT_S,
-        PORTS_FILE,
         SLOW_LINK_MARGIN,
         STARTUP_FLOOR_S,
-        STOP_FILE,
-        AlertState,
-        ObservedJob,
         SlowLinkPlan,
-        TargetHealth,
-        evaluations_to_fire,
         observe_job,
         plan_slow_link,
-        rule_window_s,
+    )
+    from labkit.observability.observed import (
+        AlertState,
+        ObservedJob,
+        TargetHealth,
     )
     from labkit.observability.readback import (
         CollectiveSummary,
@@ -55,10 +55,14 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
     )
     from labkit.observability.rules import (
         ALERT_FOR_S,
+        MIN_EVALUATIONS,
         PAIR_LATENCY_THRESHOLD_S,
         RULES_FILE,
         alert_rules,
         check_rules,
+        evaluations_to_fire,
+        human_seconds,
+        rule_window_s,
     )
     from labkit.services.prometheus import (
         PrometheusServer,
@@ -70,26 +74,27 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
 _HOME = {
     "ALERT_FOR_S": "labkit.observability.rules",
     "alert_rules": "labkit.observability.rules",
-    "AlertState": "labkit.observability.observe",
+    "AlertState": "labkit.observability.observed",
     "check_rules": "labkit.observability.rules",
     "CHECKPOINT_BUCKETS": "labkit.observability.exporter",
     "collective_summaries": "labkit.observability.readback",
     "CollectiveSummary": "labkit.observability.readback",
-    "evaluations_to_fire": "labkit.observability.observe",
+    "evaluations_to_fire": "labkit.observability.rules",
     "histogram_quantile": "labkit.observability.readback",
+    "human_seconds": "labkit.observability.rules",
     "LATENCY_BUCKETS": "labkit.observability.exporter",
     "LOCK_BUCKETS": "labkit.observability.exporter",
-    "MIN_EVALUATIONS": "labkit.observability.observe",
+    "MIN_EVALUATIONS": "labkit.observability.rules",
     "observe_job": "labkit.observability.observe",
-    "ObservedJob": "labkit.observability.observe",
+    "ObservedJob": "labkit.observability.observed",
     "PAIR_LATENCY_THRESHOLD_S": "labkit.observability.rules",
     "pair_matrix": "labkit.observability.readback",
     "PICKUP_TIMEOUT_S": "labkit.observability.observe",
     "plan_slow_link": "labkit.observability.observe",
-    "PORTS_FILE": "labkit.observability.observe",
+    "PORTS_FILE": "labkit.observability.exporter",
     "PrometheusServer": "labkit.services.prometheus",
     "RankMetrics": "labkit.observability.exporter",
-    "rule_window_s": "labkit.observability.observe",
+    "rule_window_s": "labkit.observability.rules",
     "RULES_FILE": "labkit.observability.rules",
     "Sample": "labkit.observability.readback",
     "samples_from_query": "labkit.observability.readback",
@@ -99,8 +104,8 @@ _HOME = {
     "SLOW_LINK_MARGIN": "labkit.observability.observe",
     "SlowLinkPlan": "labkit.observability.observe",
     "STARTUP_FLOOR_S": "labkit.observability.observe",
-    "STOP_FILE": "labkit.observability.observe",
-    "TargetHealth": "labkit.observability.observe",
+    "STOP_FILE": "labkit.observability.exporter",
+    "TargetHealth": "labkit.observability.observed",
 }
 __all__ = sorted(_HOME)
 

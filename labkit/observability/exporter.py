@@ -17,6 +17,9 @@ from labkit.errors import ServiceError
 from labkit.runtime.ports import PORT_RANGE_ENV, free_port
 from labkit.services.base import HOST
 
+PORTS_FILE = "metrics_ports.json"  # rank 0 writes every rank's exporter port here
+STOP_FILE = "stop"  # the parent creates it in the run dir: the ranks finish their loop
+
 # Histogram buckets (seconds): loopback collectives are tens of microseconds, cross-node ones
 # milliseconds; lock waits and checkpoints are slower.
 LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025,

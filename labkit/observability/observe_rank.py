@@ -18,8 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.observability.exporter import RankMetrics
-from labkit.observability.observe import PORTS_FILE, STOP_FILE
+from labkit.observability.exporter import PORTS_FILE, STOP_FILE, RankMetrics
 from labkit.runtime import publish
 from labkit.runtime.publish import RUN_DIR_ENV
 

@@ -7,6 +7,7 @@ copy with the defaults.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -31,6 +32,7 @@ ALERT_FOR_S = 5.0
 
 
 """How long a condition must hold before the alert fires: short for the lab (production: minutes)."""
+MIN_EVALUATIONS = 5
 
 
 _RULES_TEMPLATE = """\
@@ -61,6 +63,23 @@ groups:
           summary: "Rank {{ $labels.rank }} ({{ $labels.instance }}) does not answer scrapes"
           description: "Prometheus could not scrape {{ $labels.instance }} for @FOR@."
 """
+
+
+def evaluations_to_fire(for_s: float, evaluation_interval_s: float = 1.0) -> int:
+    """Consecutive rule evaluations a condition needs to fire: one that makes it pending, then
+    enough to cover ``for_s``."""
+    return 1 + max(1, math.ceil(for_s / evaluation_interval_s - 1e-9))
+
+
+def rule_window_s(for_s: float, evaluations: int = MIN_EVALUATIONS,
+                  evaluation_interval_s: float = 1.0) -> float:
+    """The shortest watch that gives a rule with ``for: for_s`` a fair chance: the evaluations
+    it needs to fire, plus ``evaluations`` more."""
+    return (evaluations_to_fire(for_s, evaluation_interval_s) + evaluations) * evaluation_interval_s
+
+
+def human_seconds(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3g} ms"
 
 
 def alert_rules(threshold_s: float = PAIR_LATENCY_THRESHOLD_S,
