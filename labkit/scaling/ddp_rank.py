@@ -44,8 +44,8 @@ from torch.utils._pytree import tree_flatten
 from labkit.collectives.formulas import bus_factor
 from labkit.runtime import publish
 from labkit.runtime.dist import setup, teardown
+from labkit.runtime.rss import reset_peak, vm_kib
 from labkit.runtime.stats import percentile
-from labkit.scaling.memory_rank import reset_peak, vm_kib
 
 WIDTH = 1024  # bucket_view model: Linear(1024, 1024) layers, 4 MiB of float32 each
 MEM_BATCH = 8  # small: activations stay far below the gradients

@@ -10,49 +10,18 @@ kept free pages are not counted; rank 0 publishes the per-rank numbers as JSON.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import sys
 
 import torch
 import torch.distributed as dist
 
 from labkit.runtime import publish
+from labkit.runtime.rss import release_freed, reset_peak, vm_kib
 
 DIM = 256  # float32 per row: 1 KiB rows
 BATCH = 512
 ROUNDS = 4
 _CHUNK = 512  # rows made at a time: temporaries of 1 MiB, not a shard's worth
-
-
-def vm_kib() -> tuple[int, int]:
-    """(VmRSS, VmHWM) of this process in KiB: current and peak resident memory."""
-    found: dict[str, int] = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0])
-    return found["VmRSS"], found["VmHWM"]
-
-
-def release_freed() -> None:
-    """Hands freed heap pages back to the kernel (glibc ``malloc_trim``), so resident memory
-    counts live tensors, not temporaries the allocator kept for reuse; a no-op off glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
-
-
-def reset_peak() -> None:
-    """Resets VmHWM to the current RSS (Linux >= 4.0); harmless where unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")
-    except OSError:
-        pass
 
 
 def expected_rows(rank: int, index: torch.Tensor) -> torch.Tensor:
