@@ -44,9 +44,9 @@ from labkit.collectives import bench as collectives
 from labkit.errors import LabkitError
 from labkit.hangs import run as hangs_cli
 from labkit.locks import cli as locks_cli
-from labkit.nccl.cli import add_check_arguments, run_check
+from labkit.nccl import cli as nccl_cli
+from labkit.orchestration import control_agent, elastic, partition
 from labkit.orchestration import coordination as bench_coordination
-from labkit.orchestration import elastic
 from labkit.runtime.launch import parse_env
 from labkit.scaling import ddp as bench_ddp
 from labkit.scaling import memory as bench_memory
@@ -274,21 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
          hangs_cli.add_arguments, hangs_cli.run)
 
     _add(commands, "elastic", "nodes join and leave a running job (torchrun MIN:MAX)",
-         elastic.add_arguments, elastic.run_from_args)
+         elastic.add_arguments, elastic.run)
     _add(commands, "capstone", "the whole system: async agents on 3 nodes, a rank killed, "
          "one report", capstone.add_arguments, capstone.run)
-    for name, text in (("agents", "the control plane: agent heartbeats and fleet status in Redis"),
-                       ("partition", "split brain: elections and collectives with a node cut off")):
-        passthrough = commands.add_parser(name, help=text, add_help=False)
-        passthrough.add_argument("args", nargs=argparse.REMAINDER)
-        passthrough.set_defaults(func=_passthrough(name))
+    _add(commands, "agents", "the control plane: agent heartbeats and fleet status in Redis",
+         control_agent.add_arguments, control_agent.run)
+    _add(commands, "partition", "split brain: elections and collectives with a node cut off",
+         partition.add_arguments, partition.run)
 
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)
     nccl_check = nccl.add_parser(
         "check", help="check NCCL/torch/gloo variables (this environment or --env-file)")
-    add_check_arguments(nccl_check)
-    nccl_check.set_defaults(func=run_check)
+    nccl_cli.add_arguments(nccl_check)
+    nccl_check.set_defaults(func=nccl_cli.run)
 
     bench = commands.add_parser("bench", help="measurements, printed as JSON").add_subparsers(
         dest="bench_command", required=True)
@@ -303,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(bench, "buffer", "experience buffers: push, pull, end-to-end rates",
          bench_buffer.add_arguments, bench_buffer.run)
     _add(bench, "memory", "replicated vs sharded experience: per-rank RSS",
-         bench_memory.add_memory_arguments, bench_memory.run_memory)
+         bench_memory.add_arguments, bench_memory.run)
     for name, module, text in (
         ("sync-async", bench_sync_async, "sync DDP vs async actor-learner, with a straggler"),
         ("staleness", bench_staleness, "staleness methods at a controlled policy lag, over seeds"),
@@ -314,19 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         _add(bench, name, text, module.add_arguments, module.run)
     return parser
-
-
-def _passthrough(name: str) -> Callable[[argparse.Namespace], int]:
-    """A subcommand that is its module's own command line (``python -m labkit.<module>``)."""
-
-    def run(args: argparse.Namespace) -> int:
-        if name == "agents":
-            from labkit.orchestration.control_agent import main as module_main
-        else:
-            from labkit.orchestration.partition import main as module_main
-        return module_main(args.args)
-
-    return run
 
 
 def _add(commands: argparse._SubParsersAction, name: str, text: str,
@@ -341,8 +327,6 @@ def _add(commands: argparse._SubParsersAction, name: str, text: str,
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] in (["agents"], ["partition"]):  # their own command lines, --help included
-            return _passthrough(argv[0])(argparse.Namespace(args=argv[1:]))
         args = build_parser().parse_args(argv)
         return args.func(args)
     except LabkitError as exc:

@@ -11,7 +11,7 @@ import argparse
 import pytest
 
 from labkit.errors import ParameterError
-from labkit.scaling.memory import add_memory_arguments, measure_memory
+from labkit.scaling.memory import add_arguments, measure_memory
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,6 @@ def test_bad_mode_is_rejected() -> None:
 
 def test_cli_arguments() -> None:
     parser = argparse.ArgumentParser()
-    add_memory_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(["--ranks", "2,4,8", "--per-agent-mb", "32", "--json"])
     assert (args.ranks, args.per_agent_mb, args.json) == ("2,4,8", 32.0, True)

@@ -11,7 +11,7 @@ import pytest
 from labkit.errors import ParameterError
 from labkit.nccl import REGISTRY, check_env, parse_env_file, render_exports
 from labkit.nccl.check import local_interfaces
-from labkit.nccl.cli import add_check_arguments, run_check
+from labkit.nccl.cli import add_arguments, run
 from labkit.nccl.registry import is_relevant
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,27 +308,27 @@ def test_render_exports_keeps_shell_expansions_expanding():
 
 def parse_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_check_arguments(parser)
+    add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def test_run_check_exit_codes_and_json_keys(tmp_path, capsys):
-    assert run_check(parse_args("--env-file", str(GUIDE), "--json")) == 1  # topo.xml missing
+    assert run(parse_args("--env-file", str(GUIDE), "--json")) == 1  # topo.xml missing
     rows = json.loads(capsys.readouterr().out)
     assert rows and all(set(row) == {"severity", "variable", "message", "fix"} for row in rows)
     assert {"severity": "error", "variable": "NCCL_TOPO_FILE"}.items() <= \
         next(r for r in rows if r["severity"] == "error").items()
     fine = tmp_path / "fine.sh"
     fine.write_text("export NCCL_DEBUG=WARN\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n")
-    assert run_check(parse_args("--env-file", str(fine))) == 0
+    assert run(parse_args("--env-file", str(fine))) == 0
     assert "no findings" in capsys.readouterr().out
 
 
 def test_run_check_table_and_fix(capsys):
-    assert run_check(parse_args("--env-file", str(GUIDE))) == 1
+    assert run(parse_args("--env-file", str(GUIDE))) == 1
     table = capsys.readouterr().out
     assert "ERROR    NCCL_TOPO_FILE" in table and "fix:" in table
-    run_check(parse_args("--env-file", str(GUIDE), "--fix"))
+    run(parse_args("--env-file", str(GUIDE), "--fix"))
     out, err = capsys.readouterr()
     assert out.startswith("# Corrected by labkit nccl check") and "NCCL_TOPO_FILE" in err
     assert parse_env_file(out)["NCCL_DEBUG"] == "WARN"
@@ -341,11 +341,11 @@ def test_run_check_reads_only_relevant_variables_from_the_environment(monkeypatc
             monkeypatch.delenv(name)
     monkeypatch.setenv("NCCL_P2P_LEVEL", "NVLINK")
     monkeypatch.setenv("SOME_OTHER_THING", "x")
-    assert run_check(parse_args("--json")) == 1
+    assert run(parse_args("--json")) == 1
     rows = json.loads(capsys.readouterr().out)
     assert {r["variable"] for r in rows} == {"NCCL_P2P_LEVEL"}
 
 
 def test_run_check_missing_file_is_a_parameter_error(tmp_path):
     with pytest.raises(ParameterError, match="cannot read"):
-        run_check(parse_args("--env-file", str(tmp_path / "nope.sh")))
+        run(parse_args("--env-file", str(tmp_path / "nope.sh")))

@@ -4,15 +4,15 @@ the planned kill, and the names of the files and variables the ranks use.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from labkit.errors import ParameterError
 from labkit.reliability.cadence import cadence_of
 from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import StalenessConfig
+from labkit.runtime.config import from_json, to_json
 
 if TYPE_CHECKING:
     pass
@@ -59,22 +59,22 @@ def redis_keys(run_id: str) -> RedisKeys:
 class CapstoneConfig:
     """One capstone run. ``steps`` is the budget of env steps the learner trains on."""
 
-    nodes: int = 3
-    ranks_per_node: int = 2
-    min_nodes: int = 3  # below ``nodes``: an elastic job (torchrun --nnodes=MIN:MAX)
-    steps: int = 150_000
-    kill_slot: int | None = 3  # node 1, local rank 1: an actor; 0 kills the learner; None: none
-    kill_at_update: int = 30
+    nodes: int = 3  # simulated nodes, one torchrun agent each
+    ranks_per_node: int = 2  # ranks per node; slot 0 (node 0, local rank 0) is the learner
+    min_nodes: int = 3  # below nodes: an elastic job (torchrun --nnodes=MIN:MAX)
+    steps: int = 150_000  # env steps the learner trains on
+    kill_slot: int | None = 3  # node * ranks_per_node + local rank to SIGKILL (3: an actor; 0: the learner; -1: none)
+    kill_at_update: int = 30  # ... once the learner reached this update
     checkpoint_every_updates: int | None = 10  # after every N-th learner update ...
     checkpoint_every_s: float | None = None  # ... or every S seconds; neither: only at the end
-    max_restarts: int = 2
+    max_restarts: int = 2  # torchrun restarts after a rank dies
     learner_batch: int = 0  # rollouts per update; 0 = one per actor
     max_inflight: int = 2  # rollouts an actor may be ahead of the learner
     staleness: StalenessConfig = field(default_factory=lambda: StalenessConfig("vtrace"))
     hyper: Hyper = field(default_factory=lambda: Hyper(envs_per_agent=4))
     lease_ttl_s: float = 10.0  # the learner's lease: renewed every 0.25 s
     learner_timeout_s: float = 30.0  # actors stop when the learner is silent this long
-    seed: int = 0
+    seed: int = 0  # seeds every actor's environments and the model
     timeout_s: float = 600.0  # the whole launch
     workdir: str = ""  # checkpoints and the progress log (set by run_capstone)
 
@@ -129,14 +129,11 @@ class CapstoneConfig:
         self.staleness.validate()
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> CapstoneConfig:
-        raw = json.loads(text)
-        raw["staleness"] = StalenessConfig(**raw["staleness"])
-        raw["hyper"] = Hyper(**raw["hyper"])
-        return cls(**raw)
+        return from_json(cls, text)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     pass
 from labkit.capstone.config import LOG_FILE, PIDS_DIR, PORTS_ENV, CapstoneConfig, Kill
 from labkit.capstone.report import CapstoneReport, build_report, contiguous_runs
+from labkit.rl.staleness import METHODS
+from labkit.runtime.config import add_config_arguments, config_from_args
 
 RANK_SCRIPT = rank_script(__name__)
 
@@ -183,20 +185,15 @@ def _prometheus_history(prom: Any, start: float, end: float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = CapstoneConfig()
-    parser.add_argument("--nodes", type=int, default=d.nodes)
-    parser.add_argument("--ranks-per-node", type=int, default=d.ranks_per_node)
-    parser.add_argument("--min-nodes", type=int, default=d.min_nodes,
-                        help="below --nodes: an elastic job")
-    parser.add_argument("--steps", type=int, default=d.steps, help="env steps to train on")
-    parser.add_argument("--kill-slot", type=int, default=d.kill_slot,
-                        help="node * ranks_per_node + local rank; -1: no kill")
-    parser.add_argument("--kill-at-update", type=int, default=d.kill_at_update)
-    add_cadence_arguments(parser, default_updates=d.checkpoint_every_updates,
+    """Options of ``labkit capstone``: one per ``CapstoneConfig`` field, its comment as help."""
+    add_config_arguments(
+        parser, CapstoneConfig, skip=("workdir", "checkpoint_every_updates", "checkpoint_every_s"),
+        flags={"nodes": "--nnodes", "ranks_per_node": "--nproc-per-node", "timeout_s": "--timeout",
+               "method": "--staleness"},
+        aliases={"nodes": ["--nodes"], "ranks_per_node": ["--ranks-per-node"]},
+        choices={"method": METHODS})
+    add_cadence_arguments(parser, default_updates=CapstoneConfig.checkpoint_every_updates,
                           what="learner update")
-    parser.add_argument("--max-restarts", type=int, default=d.max_restarts)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--timeout", type=float, default=d.timeout_s)
     parser.add_argument("--no-prometheus", action="store_true")
     parser.add_argument("--out", help="write capstone_report.json and .png here")
     parser.add_argument("--json", action="store_true", help="print the whole report")
@@ -204,12 +201,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``labkit capstone``."""
-    cfg = CapstoneConfig(
-        nodes=args.nodes, ranks_per_node=args.ranks_per_node, min_nodes=args.min_nodes,
-        steps=args.steps, kill_slot=None if args.kill_slot < 0 else args.kill_slot,
-        kill_at_update=args.kill_at_update,
-        **cadence_fields(args, CapstoneConfig.checkpoint_every_updates),
-        max_restarts=args.max_restarts, seed=args.seed, timeout_s=args.timeout)
+    kill_slot = None if args.kill_slot is None or args.kill_slot < 0 else args.kill_slot
+    cfg = config_from_args(CapstoneConfig, args, kill_slot=kill_slot,
+                           **cadence_fields(args, CapstoneConfig.checkpoint_every_updates))
     report = run_capstone(cfg, with_prometheus=not args.no_prometheus,
                           echo=None if args.json else print, out_dir=args.out)
     print(json.dumps(report.to_dict() if args.json else report.summary(), indent=2))

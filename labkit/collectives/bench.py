@@ -186,7 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``labkit bench collectives``."""
     parser.add_argument("--op", default="all_reduce",
                         help=f"one of {', '.join(OPS)}, a comma list, or all")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks per node")
+    parser.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=2,
+                        help="ranks per node")
     parser.add_argument("--nnodes", type=int, default=1, help="simulated nodes")
     parser.add_argument("--min", default="1K", help="smallest size (K/M/G = 1024 powers)")
     parser.add_argument("--max", default=DEFAULT_MAX, help=f"largest size (default {DEFAULT_MAX})")

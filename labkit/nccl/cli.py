@@ -26,7 +26,7 @@ from labkit.nccl.findings import SEVERITY_ORDER, Finding
 from labkit.nccl.registry import is_relevant
 
 
-def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``labkit nccl check``."""
     parser.add_argument("--env-file", metavar="FILE",
                         help="check the export block in FILE instead of this environment")
@@ -36,7 +36,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print a corrected export block (findings go to stderr)")
 
 
-def run_check(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Check, print, and return 1 if any finding is an error."""
     if args.env_file:
         try:

@@ -61,7 +61,6 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         ElasticConfig,
         elastic_limit_s,
         run_elastic,
-        run_from_args,
     )
     from labkit.orchestration.elastic_plan import (
         HORIZON_FILE,
@@ -192,7 +191,6 @@ _HOME = {
     "require_lab": "labkit.orchestration.network_cut",
     "RULES": "labkit.orchestration.election",
     "run_elastic": "labkit.orchestration.elastic",
-    "run_from_args": "labkit.orchestration.elastic",
     "Segment": "labkit.orchestration.elastic_report",
     "segments_of": "labkit.orchestration.elastic_report",
     "spawn_agent": "labkit.orchestration.control",

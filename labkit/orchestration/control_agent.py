@@ -66,13 +66,12 @@ def _url(given: str | None) -> str:
     return url
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="labkit agents",
-                                     description="Agent heartbeats and fleet status in Redis.")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``labkit agents agent|status``."""
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--redis", help=f"Redis URL (default ${CHILD_REDIS_URL_ENV} or ${REDIS_URL_ENV}; "
-                                        "a URL here is visible to ps)")
+    common.add_argument("--redis", help=f"Redis URL (default ${CHILD_REDIS_URL_ENV} or "
+                                        f"${REDIS_URL_ENV}; a URL here is visible to ps)")
     common.add_argument("--job", required=True)
     agent = sub.add_parser("agent", parents=[common], help="run a toy agent that beats")
     agent.add_argument("--name", required=True)
@@ -85,15 +84,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent.add_argument("--rank", type=int, default=None)
     status = sub.add_parser("status", parents=[common], help="show the fleet")
     status.add_argument("--json", action="store_true", help="a JSON list instead of a table")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Bad input and an unreachable Redis raise ``LabkitError``s: the caller reports them."""
+    url = _url(args.redis)
+    if args.command == "status":
+        return status_main(url, args.job, args.json)
+    return agent_main(url, args.job, args.name, ttl_s=args.ttl_s, interval_s=args.interval_s,
+                      steps=args.steps, step_s=_check_seconds("step_s", args.step_s),
+                      drain_s=args.drain_s, node=args.node, rank=args.rank)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m labkit.orchestration.control_agent``: what ``spawn_agent`` starts."""
+    parser = argparse.ArgumentParser(prog="labkit agents",
+                                     description="Agent heartbeats and fleet status in Redis.")
+    add_arguments(parser)
     try:
-        url = _url(args.redis)
-        if args.command == "status":
-            return status_main(url, args.job, args.json)
-        return agent_main(url, args.job, args.name, ttl_s=args.ttl_s,
-                          interval_s=args.interval_s, steps=args.steps,
-                          step_s=_check_seconds("step_s", args.step_s),
-                          drain_s=args.drain_s, node=args.node, rank=args.rank)
+        return run(parser.parse_args(argv))
     except (ParameterError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -51,6 +51,7 @@ from labkit.orchestration.elastic_report import (
     segments_of,
 )
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
+from labkit.runtime.config import add_config_arguments, config_from_args, from_json, to_json
 from labkit.runtime.dist import DEFAULT_TIMEOUT_S, TIMEOUT_ENV
 from labkit.runtime.fleet import Fleet
 from labkit.runtime.launch import Echo, launch_local
@@ -74,17 +75,17 @@ RANK_SCRIPT = rank_script(__name__)
 class ElasticConfig:
     """What the ranks train: ``steps`` updates of a small MLP on a fixed global batch."""
 
-    ckpt_dir: str = ""
-    steps: int = 120
-    global_batch: int = 96
-    dim: int = 16
-    hidden: int = 64
-    lr: float = 0.02
+    ckpt_dir: str = ""  # where checkpoints and the progress log go (default: a temporary folder)
+    steps: int = 120  # updates the job makes, whatever its world size
+    global_batch: int = 96  # rows per update, split over the ranks of the moment
+    dim: int = 16  # inputs of the MLP
+    hidden: int = 64  # width of its hidden layer
+    lr: float = 0.02  # SGD learning rate (momentum 0.9)
     work_s: float = 0.2  # stands for a real step's compute, so changes land mid-training
     checkpoint_every_updates: int | None = 10  # after every N-th step (one update each) ...
     checkpoint_every_s: float | None = None  # ... or every S s; neither: at notices and the end
     reform_wait_s: float = 1.0  # how long a rank waits for its own notice before re-forming
-    seed: int = 0
+    seed: int = 0  # the model's and the batches' seed
 
     def validate(self) -> None:
         if self.steps < 1 or self.global_batch < 1 or self.dim < 1 or self.hidden < 1:
@@ -94,11 +95,11 @@ class ElasticConfig:
         cadence_of(self).validate()
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> ElasticConfig:
-        return cls(**json.loads(text))
+        return from_json(cls, text)
 
 
 class _Scheduler:
@@ -302,27 +303,29 @@ def run_elastic(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``labkit elastic``: the job (``ElasticConfig``'s fields) and its fleet."""
     parser.add_argument("--min-nodes", type=int, default=1, help="the job's minimum (MIN)")
     parser.add_argument("--max-nodes", type=int, default=3, help="the job's maximum (MAX)")
     parser.add_argument("--start-nodes", type=int, default=2, help="nodes started at once")
-    parser.add_argument("--nproc-per-node", type=int, default=1)
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node")
     parser.add_argument("--changes", default="join:2@10,preempt:2@60,kill:1@85",
                         help="ACTION:NODE@STEP,... with ACTION join, preempt, kill or freeze")
-    parser.add_argument("--steps", type=int, default=120)
+    add_config_arguments(parser, ElasticConfig,
+                         skip=("ckpt_dir", "checkpoint_every_updates", "checkpoint_every_s"))
     add_cadence_arguments(parser, default_updates=ElasticConfig.checkpoint_every_updates,
                           what="step")
-    parser.add_argument("--work-s", type=float, default=0.2, help="simulated compute per step")
-    parser.add_argument("--max-restarts", type=int, default=10)
-    parser.add_argument("--timeout-s", type=float, default=None,
+    parser.add_argument("--max-restarts", type=int, default=10, help="torchrun restarts")
+    parser.add_argument("--timeout", "--timeout-s", dest="timeout_s", type=float, default=None,
                         help="the launch's limit (default: derived from this machine's pace)")
-    parser.add_argument("--collective-timeout-s", type=float, default=None,
+    parser.add_argument("--collective-timeout", "--collective-timeout-s",
+                        dest="collective_timeout_s", type=float, default=None,
                         help="how long ranks wait for a frozen peer (default: labkit's 60 s)")
     parser.add_argument("--json", action="store_true")
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    cfg = ElasticConfig(steps=args.steps, work_s=args.work_s,
-                        **cadence_fields(args, ElasticConfig.checkpoint_every_updates))
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(ElasticConfig, args,
+                           **cadence_fields(args, ElasticConfig.checkpoint_every_updates))
     run = run_elastic(cfg, min_nodes=args.min_nodes, max_nodes=args.max_nodes,
                       start_nodes=args.start_nodes, nproc_per_node=args.nproc_per_node,
                       changes=args.changes, max_restarts=args.max_restarts,

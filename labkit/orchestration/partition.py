@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -255,20 +254,22 @@ def format_collective(result: CollectiveResult) -> str:
 
 
 # --- command line ------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="labkit partition")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``labkit partition election|collective``."""
     sub = parser.add_subparsers(dest="command", required=True)
     election = sub.add_parser("election", help="run the leader election experiment")
-    election.add_argument("--nodes", type=int, default=3)
     election.add_argument("--rule", choices=RULES, default="naive")
-    election.add_argument("--cut", type=int, default=None, help="node to cut (default: last)")
     collective = sub.add_parser("collective", help="run the gloo collective experiment")
-    collective.add_argument("--nodes", type=int, default=3)
-    collective.add_argument("--cut", type=int, default=None, help="node to cut (default: last)")
-    collective.add_argument("--timeout", type=float, default=5.0)
+    collective.add_argument("--timeout", type=float, default=5.0,
+                            help="the collective timeout, s")
     for p in (election, collective):
+        p.add_argument("--nnodes", "--nodes", dest="nodes", type=int, default=3,
+                       help="simulated nodes")
+        p.add_argument("--cut", type=int, default=None, help="node to cut (default: last)")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     cut_node = args.nodes - 1 if args.cut is None else args.cut
     if args.command == "election":
         res: ElectionResult | CollectiveResult = election_experiment(args.nodes, args.rule,
@@ -279,7 +280,3 @@ def main(argv: list[str] | None = None) -> int:
         text = format_collective(res)
     print(json.dumps(res.to_dict(), indent=2) if args.json else text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ METHODS = ("none", "exp", "drop", "vtrace")
 class StalenessConfig:
     """Which method, and its knobs (each used only by its own method)."""
 
-    method: str = "none"
+    method: str = "none"  # async: what to do with old experience (none, exp, drop, vtrace)
     exp_lambda: float = 0.01  # exp: the guide's penalty rate per version of age
     max_lag: int = 4  # drop: oldest lag (versions) still used
     rho_bar: float = 1.0  # vtrace: clip for the policy-gradient and value importance ratios

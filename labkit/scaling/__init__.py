@@ -30,16 +30,13 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
     from labkit.scaling.memory import (
         MODES,
         MemoryRow,
-        add_memory_arguments,
         measure_memory,
         measure_one,
-        run_memory,
     )
 
 # name -> the module that defines it: a name is imported when first used,
 # so importing one module of the folder (a rank script, a child process) imports no other
 _HOME = {
-    "add_memory_arguments": "labkit.scaling.memory",
     "AGENT_MODES": "labkit.scaling.ddp",
     "AgentRow": "labkit.scaling.ddp",
     "bucket_view_saving": "labkit.scaling.ddp",
@@ -57,7 +54,6 @@ _HOME = {
     "MODES": "labkit.scaling.memory",
     "PARTS": "labkit.scaling.ddp",
     "problems": "labkit.scaling.ddp",
-    "run_memory": "labkit.scaling.memory",
 }
 __all__ = sorted(_HOME)
 

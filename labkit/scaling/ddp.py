@@ -206,7 +206,8 @@ def measure_ddp(part: str = "all", nproc: int = 2, model_mb: float = 64, hidden:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``labkit bench ddp``."""
     parser.add_argument("--part", default="all", choices=PARTS, help="which measurement")
-    parser.add_argument("--nproc", type=int, default=2, help="ranks (agents) on this node")
+    parser.add_argument("--nproc-per-node", "--nproc", dest="nproc", type=int, default=2,
+                        help="ranks (agents) on this node")
     parser.add_argument("--model-mb", type=float, default=64,
                         help="bucket-view: float32 parameters of the MLP, MB")
     parser.add_argument("--zero-grad-in-place", action="store_true",

@@ -66,7 +66,7 @@ def measure_memory(world_sizes: tuple[int, ...] | list[int] = (2, 4, 8),
     return [asdict(measure_one(n, m, per_agent_mb)) for n in world_sizes for m in modes]
 
 
-def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``labkit bench memory``."""
     parser.add_argument("--ranks", default="2,4,8", help="world sizes, comma-separated")
     parser.add_argument("--per-agent-mb", type=float, default=32, help="experience per agent")
@@ -74,7 +74,7 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def run_memory(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``labkit bench memory``."""
     try:
         ranks = [int(x) for x in args.ranks.split(",") if x.strip()]

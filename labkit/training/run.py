@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from labkit.errors import LaunchError, ParameterError
 from labkit.reliability.cadence import add_cadence_arguments, cadence_fields, cadence_of
 from labkit.rl.hyper import Hyper
 from labkit.rl.staleness import METHODS, StalenessConfig
+from labkit.runtime.config import add_config_arguments, from_json, to_json
+from labkit.runtime.config import config_from_args as config_from_args_of
 from labkit.runtime.rank_script import rank_script
 from labkit.services.base import CHILD_REDIS_URL_ENV
 
@@ -38,10 +40,10 @@ RANK_SCRIPT = rank_script(__name__)
 class TrainConfig:
     """One training run. ``steps`` is the budget of environment steps over all agents."""
 
-    mode: str = "sync"
+    mode: str = "sync"  # sync (DDP, lockstep) or async (actors and a learner)
     agents: int = 2  # agents that step environments (async adds one learner rank)
     steps: int = 50_000  # env steps, all agents together
-    seed: int = 0
+    seed: int = 0  # seeds every agent's environments and the model
     straggler_rank: int | None = None  # which agent (0-based) is slow
     straggler_factor: float = 1.0  # how many times slower that agent steps
     staleness: StalenessConfig = field(default_factory=StalenessConfig)
@@ -50,7 +52,7 @@ class TrainConfig:
     max_inflight: int = 2  # async: rollouts an actor may be ahead of the learner
     learner_batch: int = 0  # async: rollouts per update; 0 = one per agent, as in sync
     learner_timeout_s: float = 10.0  # async: actors stop when the learner is silent this long
-    stop_when_solved: bool = False
+    stop_when_solved: bool = False  # end the run when the mean return reaches CartPole's 475
     nnodes: int = 1  # simulated nodes the ranks are spread over
     timeout_s: float = 900.0  # the whole launch
     ckpt_dir: str = ""  # sync: where checkpoints go (and a restarted job resumes from)
@@ -122,14 +124,11 @@ class TrainConfig:
         return self.agents * self.hyper.envs_per_agent * self.hyper.rollout_len
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
-        raw = json.loads(text)
-        raw["staleness"] = StalenessConfig(**raw["staleness"])
-        raw["hyper"] = Hyper(**raw["hyper"])
-        return cls(**raw)
+        return from_json(cls, text)
 
 
 def train(cfg: TrainConfig, *, echo: Any = None, run_dir: str | Path | None = None
@@ -197,58 +196,25 @@ SUMMARY_KEYS = ("mode", "agents", "world_size", "env_steps", "seconds", "env_ste
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``labkit train``."""
-    parser.add_argument("--mode", choices=MODES, default="sync")
-    parser.add_argument("--agents", type=int, default=2, help="agents stepping environments")
-    parser.add_argument("--steps", type=int, default=50_000, help="env steps, all agents")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--straggler-rank", type=int, default=None, help="the slow agent")
-    parser.add_argument("--straggler-factor", type=float, default=1.0, help="how many x slower")
-    parser.add_argument("--staleness", choices=METHODS, default="none",
-                        help="async: what to do with old experience")
-    parser.add_argument("--exp-lambda", type=float, default=0.01, help="exp: penalty rate")
-    parser.add_argument("--max-lag", type=int, default=4, help="drop: oldest lag kept")
-    parser.add_argument("--rho-bar", type=float, default=1.0, help="vtrace: rho clip")
-    parser.add_argument("--c-bar", type=float, default=1.0, help="vtrace: c clip")
-    parser.add_argument("--buffer", choices=BUFFERS, default="stream", help="async buffer")
-    parser.add_argument("--nnodes", type=int, default=1, help="simulated nodes")
-    parser.add_argument("--stop-when-solved", action="store_true")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the launch")
-    parser.add_argument("--ckpt-dir", default="", help="sync: checkpoint folder (resumes from it)")
+    """Options of ``labkit train``: one per ``TrainConfig`` field (nested ``StalenessConfig``
+    and ``Hyper`` included), with its default and its comment as help."""
+    add_config_arguments(parser, TrainConfig,
+                         skip=("checkpoint_every_updates", "checkpoint_every_s"),
+                         flags={"timeout_s": "--timeout", "method": "--staleness"},
+                         choices={"mode": MODES, "method": METHODS, "buffer": BUFFERS})
     add_cadence_arguments(parser)
-    parser.add_argument("--keep-checkpoints", type=int, default=3)
-    parser.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
     parser.add_argument("--kill-rank", type=int, default=None, help="SIGKILL this rank once...")
     parser.add_argument("--kill-at-step", type=int, default=None, help="...at this update")
-    parser.add_argument("--faults", default="", help="labkit.reliability.faults plans, e.g. kill:rank=1,step=30")
-    for f in fields(Hyper):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"(default {f.default})")
-        else:
-            parser.add_argument(flag, type=type(f.default), default=None,
-                                help=f"(default {f.default})")
     parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    hyper = Hyper(**{f.name: getattr(args, f.name) for f in fields(Hyper)
-                     if getattr(args, f.name) is not None})
-    staleness = StalenessConfig(args.staleness, args.exp_lambda, args.max_lag, args.rho_bar,
-                                args.c_bar)
     faults = [args.faults] if args.faults else []
     if (args.kill_rank is None) != (args.kill_at_step is None):
         raise ParameterError("--kill-rank and --kill-at-step go together")
     if args.kill_rank is not None:
         faults.append(f"kill:rank={args.kill_rank},step={args.kill_at_step}")
-    return TrainConfig(args.mode, args.agents, args.steps, args.seed, args.straggler_rank,
-                       args.straggler_factor, staleness, hyper, args.buffer,
-                       stop_when_solved=args.stop_when_solved, nnodes=args.nnodes,
-                       timeout_s=args.timeout, ckpt_dir=args.ckpt_dir,
-                       **cadence_fields(args),
-                       keep_checkpoints=args.keep_checkpoints, max_restarts=args.max_restarts,
-                       faults=";".join(faults))
+    return config_from_args_of(TrainConfig, args, faults=";".join(faults), **cadence_fields(args))
 
 
 def run(args: argparse.Namespace) -> int:
