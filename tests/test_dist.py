@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 import torch
 
+from labkit.errors import ParameterError
 from labkit.runtime import dist as ldist
 from labkit.runtime import publish
 from labkit.runtime.publish import PUBLISHED_FILE, read_published
@@ -97,13 +98,13 @@ def test_collective_timeout(clean_env):
     assert ldist.collective_timeout() == timedelta(seconds=2.5)
     assert ldist.collective_timeout(7) == timedelta(seconds=7)  # the argument wins
     for bad in (0, -1):
-        with pytest.raises(ValueError, match="positive"):
+        with pytest.raises(ParameterError, match="positive"):
             ldist.collective_timeout(bad)
     clean_env.setenv(ldist.TIMEOUT_ENV, "0")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ParameterError, match="positive"):
         ldist.collective_timeout()
     clean_env.setenv(ldist.TIMEOUT_ENV, "soon")
-    with pytest.raises(ValueError):
+    with pytest.raises(ParameterError, match="number of seconds"):
         ldist.collective_timeout()
 
 
@@ -152,9 +153,9 @@ def test_publish_on_rank_zero_writes_json(clean_env, tmp_path):
 def test_publish_refuses_what_json_cannot_carry(clean_env, tmp_path):
     clean_env.setenv("LABKIT_RUN_DIR", str(tmp_path))
     clean_env.setenv("RANK", "0")
-    with pytest.raises(TypeError, match=r"JSON-able.*\.tolist\(\)"):
+    with pytest.raises(ParameterError, match=r"JSON-able.*\.tolist\(\)"):
         publish({"t": torch.ones(2)})
-    with pytest.raises(TypeError, match="JSON-able"):
+    with pytest.raises(ParameterError, match="JSON-able"):
         publish([1, object()])
     assert read_published(tmp_path) is None
 

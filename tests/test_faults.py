@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from labkit.errors import ParameterError
+from labkit.errors import LaunchError, ParameterError
 from labkit.reliability.checkpoint import CheckpointManager, CheckpointWarning
 from labkit.reliability.faults import (
     FaultPlan,
@@ -75,7 +75,7 @@ def test_maybe_inject_only_fires_when_everything_matches(monkeypatch: pytest.Mon
 
 
 def test_no_agent_outside_torchrun() -> None:
-    with pytest.raises(RuntimeError, match="no torchrun agent"):
+    with pytest.raises(LaunchError, match="no torchrun agent"):
         torchrun_agent_pid()
 
 

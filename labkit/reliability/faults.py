@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from labkit.errors import ParameterError
+from labkit.errors import LaunchError, ParameterError
 from labkit.runtime.proctree import children, parent_pid
 
 FAULTS_ENV = "LABKIT_FAULTS"
@@ -121,7 +121,7 @@ def torchrun_agent_pid() -> int:
             pid = parent_pid(pid)
         except (OSError, ValueError, IndexError):
             break
-    raise RuntimeError(f"no torchrun agent among this process's ancestors (parent {parent})")
+    raise LaunchError(f"no torchrun agent among this process's ancestors (parent {parent})")
 
 
 def kill_node() -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from labkit.buffers.frame import Experience
+from labkit.errors import ParameterError
 
 ENV_ID = "CartPole-v1"
 OBS_DIM = 4
@@ -112,7 +113,7 @@ class EnvPool:
 
     def __init__(self, n: int, seed: int, delay_factor: float = 1.0) -> None:
         if n < 1:
-            raise ValueError(f"an agent needs at least one environment, got {n}")
+            raise ParameterError(f"an agent needs at least one environment, got {n}")
         self.envs = [gym.make(ENV_ID, disable_env_checker=True) for _ in range(n)]
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
         self.running = np.zeros(n)
@@ -176,7 +177,7 @@ class EnvPool:
     def load_state_dict(self, state: dict) -> None:
         """Puts every env back where :meth:`state_dict` found it."""
         if len(state["envs"]) != len(self.envs):
-            raise ValueError(f"state holds {len(state['envs'])} envs, this pool has {len(self.envs)}")
+            raise ParameterError(f"state holds {len(state['envs'])} envs, this pool has {len(self.envs)}")
         for env, saved in zip(self.envs, state["envs"], strict=True):
             core = env.unwrapped
             core.state = saved["physics"].numpy().copy()

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from labkit.errors import ParameterError
+
 TIMEOUT_ENV = "LABKIT_COLLECTIVE_TIMEOUT"
 JOIN_TIMEOUT_ENV = "LABKIT_JOIN_TIMEOUT"
 BACKEND_ENV = "LABKIT_BACKEND"  # force a backend: gloo or nccl
@@ -113,21 +115,29 @@ def default_backend() -> str:
     return "nccl" if 0 < ranks_here <= torch.cuda.device_count() else "gloo"
 
 
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    try:
+        return default if text in (None, "") else float(text)
+    except ValueError:
+        raise ParameterError(f"${name} must be a number of seconds, got {text!r}") from None
+
+
 def collective_timeout(seconds: float | None = None) -> timedelta:
     """The timeout for collectives: the argument, else $LABKIT_COLLECTIVE_TIMEOUT, else 60 s."""
     if seconds is None:
-        seconds = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+        seconds = _env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
     if seconds <= 0:
-        raise ValueError(f"collective timeout must be positive, got {seconds}")
+        raise ParameterError(f"collective timeout must be positive, got {seconds}")
     return timedelta(seconds=seconds)
 
 
 def join_timeout(collective: timedelta) -> timedelta:
     """How long joining the group may take: $LABKIT_JOIN_TIMEOUT, else 300 s, and never less
     than the collective timeout."""
-    seconds = float(os.environ.get(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S))
+    seconds = _env_seconds(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S)
     if seconds <= 0:
-        raise ValueError(f"join timeout must be positive, got {seconds}")
+        raise ParameterError(f"join timeout must be positive, got {seconds}")
     return max(timedelta(seconds=seconds), collective)
 
 

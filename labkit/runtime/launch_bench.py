@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from labkit.errors import ParameterError
+from labkit.errors import LaunchError, ParameterError
 from labkit.runtime.launch import launch_local, torchrun_args
 from labkit.runtime.ports import free_port
 
@@ -46,7 +46,7 @@ def bare_torchrun(script: Path, nnodes: int, nproc_per_node: int, timeout_s: flo
     codes = [p.wait(timeout=timeout_s) for p in procs]
     seconds = time.monotonic() - started
     if any(codes):
-        raise RuntimeError(f"bare torchrun failed with exit codes {codes}")
+        raise LaunchError(f"bare torchrun failed with exit codes {codes}")
     return seconds
 
 

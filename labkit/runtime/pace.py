@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from labkit.errors import ParameterError
+
 IMPORT_TIMEOUT_S = 600.0  # only bounds a broken interpreter; a healthy import takes seconds
 
 
@@ -31,7 +33,7 @@ def startup_allowance_s(processes: int = 1, factor: float = 5.0, floor_s: float 
     ``factor`` times their measured import, done ``processes`` at a time on few cores, and
     never below ``floor_s``."""
     if processes < 1 or factor <= 0 or floor_s < 0:
-        raise ValueError("need processes >= 1, factor > 0 and floor_s >= 0")
+        raise ParameterError("need processes >= 1, factor > 0 and floor_s >= 0")
     return max(floor_s, factor * processes * torch_import_s())
 
 

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from labkit.errors import ParameterError
+
 RUN_DIR_ENV = "LABKIT_RUN_DIR"
 PUBLISHED_FILE = "published.json"
 
@@ -24,7 +26,7 @@ def publish(obj: Any, *, any_rank: bool = False) -> Any:
     try:
         text = json.dumps(obj)
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise ParameterError(
             f"labkit.runtime.publish needs JSON-able data (dicts, lists, numbers, strings); {exc}. "
             "Convert tensors with .tolist() or float()."
         ) from exc
