@@ -107,7 +107,7 @@ Thread 0x00007f01 (most recent call first):
 Current thread 0x00007f02 (most recent call first):
   File "/x/labkit/hangs/scenarios.py", line 144 in slow_tool_call
   File "/x/labkit/hangs/scenarios.py", line 179 in _run_stuck_rank
-  File "/x/labkit/worker.py", line 101 in main
+  File "/x/labkit/runtime/worker.py", line 101 in main
   File "<frozen runpy>", line 198 in _run_module_as_main
 """
     stack = main_thread_stack(text)

@@ -19,12 +19,12 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabkitError, LaunchError
+from labkit.errors import LabkitError, LaunchError, ParameterError
 from labkit.observability.exporter import PORTS_FILE, STOP_FILE
 from labkit.observability.observed import ObservedJob
 from labkit.observability.readback import (
@@ -142,6 +142,7 @@ def observe_job(
     echo: Any = None,
     min_evaluations: int = MIN_EVALUATIONS,
     pickup_timeout_s: float = PICKUP_TIMEOUT_S,
+    queries: Mapping[str, str] | None = None,
 ) -> ObservedJob:
     """Launch ``world`` gloo ranks (``nnodes`` simulated nodes) that serve metrics and loop:
     collectives at ``sizes``, then a ping-pong sweep over every ordered pair (``rounds`` round
@@ -155,15 +156,17 @@ def observe_job(
     that wait) and lasts ``duration_s``, and with rules at least :func:`rule_window_s` (``for_s``
     plus ``min_evaluations`` evaluations), so a rule that did not fire had its chances.
     ``stop_after_firing_s`` ends it that long after the first alert fires, but never before the
-    alerts pending by then had the evaluations they need to fire too. The ranks' start-up
+    alerts pending by then had the evaluations they need to fire too. ``queries`` (name ->
+    PromQL) are asked at the end of the window, while the server still holds the job's series;
+    their results are ``ObservedJob.answers`` (empty without a server). The ranks' start-up
     is bounded by ``startup_timeout_s`` (default: derived from this machine's measured torch
     import, never below 90 s). The ranks then stop; the launch always ends (timeout) and
     nothing it started stays behind."""
     if world < 2 or world % nnodes:
-        raise LabkitError(f"need world >= 2 ranks split evenly over nnodes, got world={world}, "
+        raise ParameterError(f"need world >= 2 ranks split evenly over nnodes, got world={world}, "
                           f"nnodes={nnodes}")
     if delay_rank is not None and not 0 <= delay_rank < world:
-        raise LabkitError(f"delay_rank must be a rank in 0..{world - 1}, got {delay_rank}")
+        raise ParameterError(f"delay_rank must be a rank in 0..{world - 1}, got {delay_rank}")
     use_prom, note = False, "with_prometheus=False: read each rank's /metrics directly"
     if with_prometheus:
         use_prom, found = PrometheusServer.available()
@@ -205,6 +208,8 @@ def observe_job(
             time.monotonic(), window_s, pickup_timeout_s, stop_after_firing_s))
         evaluations_after = _rule_evaluations(prom)
         samples, alerts, targets = _read_back(prom, endpoints)
+        answers = {name: prom.query(expr) for name, expr in (queries or {}).items()} \
+            if prom is not None else {}
         prom_url = prom.url if prom is not None else ""
     finally:
         (folder / STOP_FILE).touch()
@@ -230,5 +235,5 @@ def observe_job(
                                     else watch.window_from_s),
         sweeps=int(published.get("sweeps", 0)), endpoints=endpoints, prometheus_url=prom_url,
         for_s=for_s, targets_up_s=watch.targets_up_s, evaluations=evaluations,
-        evaluation_interval_s=evaluation_interval_s, window_s=window_s,
+        evaluation_interval_s=evaluation_interval_s, window_s=window_s, answers=answers,
     )

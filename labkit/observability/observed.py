@@ -4,7 +4,7 @@ latency matrix and collective summaries, and when the first alert went pending a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labkit.observability.readback import (
@@ -72,6 +72,8 @@ class ObservedJob:
     # its count could not be read)
     evaluation_interval_s: float = 1.0
     window_s: float = 0.0  # the window asked for; stop_after_firing_s can end it earlier
+    answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # PromQL asked at the
+    # end of the window (``queries``), by name: Prometheus's result vectors as it returned them
 
     @property
     def fired(self) -> bool:
