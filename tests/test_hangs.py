@@ -254,3 +254,17 @@ def test_scenario_is_detected_in_time_with_the_right_culprit(name, monkeypatch, 
         assert "slow_tool_call" in report.stacks[1], shown
     if name == "dead_rank":
         assert report.exit_codes.get(1) == -9 and 1 not in report.stacks, shown
+
+
+def test_the_installed_torch_headers_agree_with_what_the_lesson_states() -> None:
+    from labkit.hangs.torch_headers import read_torch_headers
+
+    facts = read_torch_headers()
+    if not facts:
+        pytest.skip("this torch ships no c10d headers")
+    # labkit.hangs.nccl_env states these for torch 2.13; a newer torch that changes one fails here
+    assert facts["TORCH_NCCL_BLOCKING_WAIT"][:2] == ["TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"]
+    assert facts["default_mode"] == ("3", "SkipCleanUp")
+    assert dict(facts["error_modes"]) == {"NoHandling": "0", "TearDown": "1", "CleanUpOnly": "2",
+                                          "SkipCleanUp": "3"}
+    assert facts["nccl_timeout_min"] == 10 and facts["fr_buffer"] == 2000
