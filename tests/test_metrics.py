@@ -248,8 +248,15 @@ def test_prometheus_fires_pair_latency_high_for_the_slowed_rank_only(tmp_path,
     slow, world, threshold, delay = 1, 3, 0.05, 0.2
     job = observe_job(world=world, rounds=3, delay_rank=slow, delay_s=delay,
                       threshold_s=threshold, for_s=1.0, duration_s=300.0,
-                      stop_after_firing_s=2.0, run_dir=run_dir, startup_timeout_s=STARTUP_HANG_S)
+                      stop_after_firing_s=2.0, run_dir=run_dir, startup_timeout_s=STARTUP_HANG_S,
+                      queries={"targets up": "up", "slow pairs": f"labkit_pair_latency_seconds > {threshold}"},
+                      keep_history=True)
     assert job.source == "prometheus" and job.prometheus_url and job.threshold_s == threshold
+    assert len(job.answers["targets up"]) == world  # asked while the server still held the job
+    assert {(int(s["metric"]["src"]), int(s["metric"]["dst"])) for s in job.answers["slow pairs"]} \
+        <= {(i, j) for i in range(world) for j in range(world) if slow in (i, j) and i != j}
+    swept = {(src, dst) for src, dst, _, _ in job.pair_history}  # the second scraper's samples
+    assert swept == {(i, j) for i in range(world) for j in range(world) if i != j}
     assert job.targets_up_s is not None and job.evaluations is not None and job.evaluations >= 1
     assert [(t.rank, t.health) for t in job.targets] == [(r, "up") for r in range(world)]
     entries = [(i, j) for i, row in enumerate(job.pair_latency)

@@ -41,6 +41,7 @@ from labkit.observability.rules import (
     rule_window_s,
 )
 from labkit.observability.watch import (
+    PairHistory,
     _LaunchThread,
     _read_back,
     _rule_evaluations,
@@ -143,6 +144,7 @@ def observe_job(
     min_evaluations: int = MIN_EVALUATIONS,
     pickup_timeout_s: float = PICKUP_TIMEOUT_S,
     queries: Mapping[str, str] | None = None,
+    keep_history: bool = False,
 ) -> ObservedJob:
     """Launch ``world`` gloo ranks (``nnodes`` simulated nodes) that serve metrics and loop:
     collectives at ``sizes``, then a ping-pong sweep over every ordered pair (``rounds`` round
@@ -158,7 +160,9 @@ def observe_job(
     ``stop_after_firing_s`` ends it that long after the first alert fires, but never before the
     alerts pending by then had the evaluations they need to fire too. ``queries`` (name ->
     PromQL) are asked at the end of the window, while the server still holds the job's series;
-    their results are ``ObservedJob.answers`` (empty without a server). The ranks' start-up
+    their results are ``ObservedJob.answers`` (empty without a server). ``keep_history`` also
+    scrapes every exporter four times a second and keeps each pair latency once per sweep
+    (``ObservedJob.pair_history``): the distribution, not only the latest value. The ranks' start-up
     is bounded by ``startup_timeout_s`` (default: derived from this machine's measured torch
     import, never below 90 s). The ranks then stop; the launch always ends (timeout) and
     nothing it started stays behind."""
@@ -194,10 +198,14 @@ def observe_job(
         nproc_per_node=world // nnodes, timeout_s=startup_timeout_s + watch_limit_s + 90.0,
         env={"LABKIT_BACKEND": "gloo"}, echo=echo, run_dir=folder)
     prom: PrometheusServer | None = None
+    history: PairHistory | None = None
     try:
         launch.start()
         ports = _wait_for_ports(folder, launch, startup_timeout_s)
         endpoints = [f"{HOST}:{p}" for p in ports]
+        if keep_history:
+            history = PairHistory(endpoints)
+            history.start()
         if use_prom:
             rules = folder / "labkit.rules.yml"
             rules.write_text(alert_rules(threshold_s, for_s))
@@ -211,7 +219,10 @@ def observe_job(
         answers = {name: prom.query(expr) for name, expr in (queries or {}).items()} \
             if prom is not None else {}
         prom_url = prom.url if prom is not None else ""
+        pair_history = history.finish() if history is not None else []
     finally:
+        if history is not None:
+            history.stop.set()
         (folder / STOP_FILE).touch()
         launch.join(timeout=startup_timeout_s + watch_limit_s + 120.0)
         if prom is not None:
@@ -236,4 +247,5 @@ def observe_job(
         sweeps=int(published.get("sweeps", 0)), endpoints=endpoints, prometheus_url=prom_url,
         for_s=for_s, targets_up_s=watch.targets_up_s, evaluations=evaluations,
         evaluation_interval_s=evaluation_interval_s, window_s=window_s, answers=answers,
+        pair_history=pair_history,
     )

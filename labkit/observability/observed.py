@@ -74,6 +74,8 @@ class ObservedJob:
     window_s: float = 0.0  # the window asked for; stop_after_firing_s can end it earlier
     answers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # PromQL asked at the
     # end of the window (``queries``), by name: Prometheus's result vectors as it returned them
+    pair_history: list[tuple[int, int, int, float]] = field(default_factory=list)  # with
+    # keep_history: every pair latency once per sweep, (src, dst, sweep, seconds)
 
     @property
     def fired(self) -> bool:

@@ -55,6 +55,37 @@ class _LaunchThread(threading.Thread):
             self.result.check()
 
 
+class PairHistory(threading.Thread):
+    """A second scraper next to Prometheus: every ``every_s`` it reads each rank's exporter and
+    keeps each pair latency once per sweep of the rank that measured it, so a run yields every
+    sample, not just the latest one a scrape saw. ``samples``: (src, dst, sweep, seconds)."""
+
+    def __init__(self, endpoints: Sequence[str], every_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="labkit-observe-history")
+        self.endpoints, self.every_s = list(endpoints), every_s
+        self.stop = threading.Event()
+        self._seen: dict[tuple[int, int, int], float] = {}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for endpoint in self.endpoints:
+                try:
+                    samples = samples_from_text(scrape(f"http://{endpoint}/metrics", timeout=2))
+                except (OSError, ValueError):  # the rank has stopped serving
+                    continue
+                sweep = next((int(s.value) for s in samples
+                              if s.name == "labkit_pingpong_sweeps_total"), 0)
+                for s in samples:
+                    if s.name == "labkit_pair_latency_seconds" and sweep:
+                        self._seen[(int(s.labels["src"]), int(s.labels["dst"]), sweep)] = s.value
+            self.stop.wait(self.every_s)
+
+    def finish(self) -> list[tuple[int, int, int, float]]:
+        self.stop.set()
+        self.join(timeout=10)
+        return [(*key, value) for key, value in sorted(self._seen.items())]
+
+
 def _wait_for_ports(run_dir: Path, launch: _LaunchThread, timeout_s: float) -> list[int]:
     path = run_dir / PORTS_FILE
     deadline = time.monotonic() + timeout_s
