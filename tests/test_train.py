@@ -120,3 +120,23 @@ def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftov
         stopper.join(timeout=10)
         server.stop()
     assert not leftover_processes(tmp_path)
+
+
+def test_one_sync_rank_equals_the_same_updates_in_this_process(leftover_processes, tmp_path) -> None:
+    """The distributed trainer against a plain single-process reference (picotron's habit): one
+    sync rank under torchrun and DDP, and SyncAgent stepping the same updates here, end with
+    bitwise-equal parameters."""
+    from labkit.reliability.checkpoint import params_sha256
+    from labkit.rl.agents import seed_everything
+    from labkit.training.run import sync_iterations
+    from labkit.training.sync import SyncAgent
+
+    cfg = TrainConfig(agents=1, steps=1024, seed=3)
+    ranked = train(cfg, run_dir=tmp_path / "run")
+    seed_everything(cfg.seed)
+    agent = SyncAgent.fresh(cfg.hyper, cfg.seed, rank=0)
+    agent.step_locally(0, sync_iterations(cfg))
+    agent.pool.close()
+    assert ranked["updates"] == sync_iterations(cfg) == 4
+    assert ranked["params_sha256"] == params_sha256(agent.model)
+    assert not leftover_processes(tmp_path / "run")
