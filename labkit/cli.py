@@ -1,4 +1,6 @@
-"""The ``labkit`` command (also ``python -m labkit``).
+"""The ``labkit`` command (also ``python -m labkit``). Each command is its topic's
+``add_arguments(parser)`` + ``run(args) -> int`` pair; a ``LabkitError`` (bad input included)
+ends it with ``labkit: error: ...`` and exit code 2, never a traceback.
 
     labkit doctor [--json] [--programs]
     labkit doctor --install [--cluster] [--dry-run]     (make system-deps)
@@ -11,7 +13,7 @@
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
     labkit nccl check [--env-file FILE] [--json] [--fix]
     labkit bench launch --json
-    labkit bench collectives --op all_reduce --nproc 4 --min 1K --max 64M --json
+    labkit bench collectives --op all_reduce --nproc-per-node 4 --min 1K --max 64M --json
     labkit bench buffer --agents 4 --payload 1024 --seconds 3 --json
     labkit bench memory --ranks 2,4,8 --per-agent-mb 32 --json
     labkit train --mode async --agents 4 --steps 100000 --staleness vtrace --json
@@ -24,8 +26,8 @@
     labkit hang extra_collective --json
     labkit elastic --min-nodes 1 --max-nodes 3 --changes join:2@10,preempt:2@60,kill:1@85 --json
     labkit agents status --job JOB [--json]        (Redis URL from $LABKIT_REDIS_URL)
-    labkit partition election --nodes 3 --rule quorum --json     (root: network namespaces)
-    labkit partition collective --nodes 3 --timeout 5 --json
+    labkit partition election --nnodes 3 --rule quorum --json    (root: network namespaces)
+    labkit partition collective --nnodes 3 --timeout 5 --json
     labkit capstone --steps 150000 --kill-slot 3 --kill-at-update 30 --out reports/capstone
 """
 
