@@ -166,7 +166,7 @@ class CheckpointManager:
 
     def save(self, step: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> Path:
         """Write this rank's ``state`` for ``step`` (rank 0 also the manifest with ``meta``,
-        which must be JSON-able); rank 0 then prunes to the newest ``keep``. Returns the
+        which must be JSON-able); then prunes to the newest ``keep`` complete ones. Returns the
         checkpoint's folder."""
         if step < 0:
             raise ParameterError(f"step must be >= 0, got {step}")
@@ -198,7 +198,10 @@ class CheckpointManager:
         atomic_write(folder / f"rank-{self.rank}.json", json.dumps(sidecar).encode())
         if self.rank == 0:
             atomic_write(folder / MANIFEST, json.dumps({**common, "meta": meta}).encode())
-            self.prune()
+        # Every rank prunes after its own write: the last one to finish a step sees it complete
+        # and removes what it outdates (rank 0 alone could look before a slower rank's file is
+        # there, and the oldest checkpoint would outlive ``keep`` until the next save).
+        self.prune()
         return folder
 
     def prune(self) -> list[Path]:
@@ -220,7 +223,10 @@ class CheckpointManager:
         for step, folder in self.steps():
             if step < complete[0] and step not in kept and step not in foreign:
                 trash = folder.with_name(f".trash-{folder.name}")
-                os.replace(folder, trash)  # gone from the listing at once, then removed
+                try:
+                    os.replace(folder, trash)  # gone from the listing at once, then removed
+                except FileNotFoundError:  # another rank's prune took it first
+                    continue
                 shutil.rmtree(trash, ignore_errors=True)
                 deleted.append(folder)
         return deleted
