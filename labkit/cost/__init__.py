@@ -21,8 +21,9 @@ Every price here is either the guide's (attributed, dated: "our AWS and GCP invo
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from labkit.runtime.lazy import lazy_surface
 
 if TYPE_CHECKING:  # what each name is, for readers and type checkers
     from labkit.cost.guide_table import (
@@ -139,15 +140,4 @@ _HOME = {
     "widgets_for": "labkit.cost.widgets",
 }
 __all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_surface(__name__, _HOME)

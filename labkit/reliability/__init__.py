@@ -11,8 +11,9 @@ faults injected on cue to prove it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from labkit.runtime.lazy import lazy_surface
 
 if TYPE_CHECKING:  # what each name is, for readers and type checkers
     from labkit.reliability.cadence import (
@@ -85,15 +86,4 @@ _HOME = {
     "VALID_FORMS": "labkit.reliability.faults",
 }
 __all__ = sorted(_HOME)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_surface(__name__, _HOME)
