@@ -20,7 +20,7 @@ from labkit.errors import ParameterError
 from labkit.hangs import SCENARIOS, Recorder, diagnose, file_lock, nccl_hang_env
 from labkit.hangs import run as hang_run
 from labkit.hangs.diagnose import main_thread_stack, stack_summary
-from labkit.hangs.file_locks import LockTimeoutError
+from labkit.hangs.file_locks import FileLockTimeoutError
 from labkit.hangs.recorder import dump_path
 from labkit.hangs.run import DETECTION_SLACK_S, HangReport, run_scenario, torchrun_exit_codes
 
@@ -91,7 +91,7 @@ def test_lock_cycle_blames_the_rank_that_broke_the_lock_order():
     def locks(first: str, second: str, holder: int) -> list[dict]:
         return [event(1, "flock", "held", 0, kind="lock", lock=first, held=[]),
                 event(2, "flock", "failed", 0, at=0.5, kind="lock", lock=second, held=[first],
-                      holder=holder, error="LockTimeoutError: waited")]
+                      holder=holder, error="FileLockTimeoutError: waited")]
 
     found = diagnose(dumps({0: locks("a.lock", "b.lock", 1), 1: locks("b.lock", "a.lock", 0)}), 2)
     assert (found.culprit_rank, found.kind, found.op, found.seq) == (1, "lock_order",
@@ -144,7 +144,7 @@ def test_file_lock_times_out_naming_the_holder(tmp_path):
     waiter = Recorder(1, 4, tmp_path / "b", timeout_s=1.0)
     lock = tmp_path / "x.lock"
     with file_lock(lock, 0.2, holder):
-        with pytest.raises(LockTimeoutError, match=r"rank 1 waited 0.2 s for x.lock, held by "
+        with pytest.raises(FileLockTimeoutError, match=r"rank 1 waited 0.2 s for x.lock, held by "
                                                    r"rank 3"):
             with file_lock(lock, 0.2, waiter):
                 pass

@@ -27,7 +27,7 @@ and ``labkit.hangs.run.run``).
 """
 
 from labkit.hangs.diagnose import Diagnosis, diagnose, load_dumps
-from labkit.hangs.file_locks import LockTimeoutError, file_lock
+from labkit.hangs.file_locks import FileLockTimeoutError, file_lock
 from labkit.hangs.nccl_env import EnvSetting, as_environ, nccl_hang_env
 from labkit.hangs.recorder import Event, Recorder
 from labkit.hangs.run import HangReport, format_report, run_all, run_scenario
@@ -35,6 +35,6 @@ from labkit.hangs.scenarios import DEFAULT_TIMEOUT_S, SCENARIOS, Scenario
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "SCENARIOS", "Diagnosis", "EnvSetting", "Event", "HangReport",
-    "LockTimeoutError", "Recorder", "Scenario", "as_environ", "diagnose", "file_lock",
+    "FileLockTimeoutError", "Recorder", "Scenario", "as_environ", "diagnose", "file_lock",
     "format_report", "load_dumps", "nccl_hang_env", "run_all", "run_scenario",
 ]

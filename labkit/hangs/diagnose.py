@@ -35,7 +35,7 @@ DETECTORS = (
     ("Detected mismatch between collectives", "TORCH_DISTRIBUTED_DEBUG=DETAIL fingerprint check"),
     ("failed to pass monitoredBarrier", "monitored_barrier"),
     ("successfully reached monitoredBarrier", "monitored_barrier (waiting for rank 0)"),
-    ("LockTimeoutError", "lock wait timeout"),
+    ("FileLockTimeoutError", "lock wait timeout"),
     ("Timed out waiting", "gloo collective timeout"),
     ("by peer", "peer connection lost"),
 )

@@ -12,11 +12,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from labkit.errors import LabkitError
+
 if TYPE_CHECKING:
     from labkit.hangs.recorder import Recorder
 
 
-class LockTimeoutError(TimeoutError):
+class FileLockTimeoutError(LabkitError, TimeoutError):
     """A file lock was not free within its timeout (a deadlock, or a holder that hangs)."""
 
 
@@ -40,7 +42,7 @@ def file_lock(path: Path, timeout_s: float, recorder: Recorder) -> Iterator[None
                 if holder.isdigit():
                     event.info["holder"] = int(holder)
                 if time.monotonic() > deadline:
-                    exc = LockTimeoutError(f"rank {recorder.rank} waited {timeout_s:g} s for "
+                    exc = FileLockTimeoutError(f"rank {recorder.rank} waited {timeout_s:g} s for "
                                            f"{path.name}, held by rank {holder or '?'}")
                     recorder.fail(event, exc)  # dumps while the locks it holds are still held
                     raise exc from None

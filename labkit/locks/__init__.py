@@ -20,7 +20,7 @@ Modules: ``base`` (errors, connect), ``fencing``, ``lockfree``, ``agent`` (one a
 from __future__ import annotations
 
 from labkit.locks.base import (
-    METHODS,
+    LOCK_METHODS,
     LockExperimentError,
     LockTimeoutError,
     StaleTokenError,
@@ -45,7 +45,7 @@ from labkit.locks.guide import (
 from labkit.locks.lockfree import AtomicAdd, watch_update
 
 __all__ = [
-    "METHODS",
+    "LOCK_METHODS",
     "AtomicAdd",
     "DeadlockResult",
     "FencedLock",

@@ -16,7 +16,7 @@ from labkit.services.base import scrub_secrets
 if TYPE_CHECKING:
     import redis
 
-METHODS = ("none", "redis_lock", "fenced", "lua", "watch")
+LOCK_METHODS = ("none", "redis_lock", "fenced", "lua", "watch")
 """How a race agent increments the shared counter (see ``labkit.locks.agent``)."""
 SOCKET_TIMEOUT_S = 60.0  # longer than any blocking call we make, so a dead server still errors
 

@@ -14,13 +14,13 @@ from dataclasses import asdict
 from typing import Any
 
 from labkit.errors import ParameterError
-from labkit.locks.base import METHODS, check_int
+from labkit.locks.base import LOCK_METHODS, check_int
 from labkit.locks.experiments import deadlock_experiment, race_experiment, stale_write_experiment
 
 CORRECT = ("redis_lock", "fenced", "lua", "watch")
 
 
-def compare(url: str, methods: list[str] | tuple[str, ...] = METHODS, agents: int = 4,
+def compare(url: str, methods: list[str] | tuple[str, ...] = LOCK_METHODS, agents: int = 4,
             increments: int = 200, think_s: float = 0.002, ttl_s: float = 10.0,
             stale_rounds: int = 3, guide_ranks: int = 3,
             collective_timeout_s: float = 5.0) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def compare(url: str, methods: list[str] | tuple[str, ...] = METHODS, agents: in
 
 
 def _check_methods(methods: list[str] | tuple[str, ...]) -> None:
-    if not methods or any(m not in METHODS for m in methods):
-        raise ParameterError(f"methods must be among {', '.join(METHODS)}, got {list(methods)}")
+    if not methods or any(m not in LOCK_METHODS for m in methods):
+        raise ParameterError(f"methods must be among {', '.join(LOCK_METHODS)}, got {list(methods)}")
 
 
 def _with_fraction(result: Any) -> dict[str, Any]:
@@ -74,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--increments", type=int, default=200, help="increments per agent")
     parser.add_argument("--think-ms", type=float, default=2.0,
                         help="work between read and write, ms")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help=f"comma list of {','.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(LOCK_METHODS),
+                        help=f"comma list of {','.join(LOCK_METHODS)}")
     parser.add_argument("--ttl", type=float, default=10.0, help="lock TTL in the race, s")
     parser.add_argument("--stale-rounds", type=int, default=3,
                         help="times a holder is paused past its TTL")

@@ -14,7 +14,7 @@ from typing import Any
 
 from labkit.errors import ParameterError
 from labkit.locks.base import (
-    METHODS,
+    LOCK_METHODS,
     LockTimeoutError,
     check_int,
     check_seconds,
@@ -138,8 +138,8 @@ def race_experiment(url: str, method: str, agents: int = 4, increments: int = 20
     an agent may wait for the lock (default: the timeout). With ``pause_every`` N > 0 (lock
     methods only), every N-th increment's holder pauses ``pause_s`` more inside its critical
     section, on its first try only: a pause past the TTL that the other holdings do not share."""
-    if method not in METHODS:
-        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method not in LOCK_METHODS:
+        raise ParameterError(f"method must be one of {', '.join(LOCK_METHODS)}, got {method!r}")
     check_int("agents", agents, 1, MAX_AGENTS)
     check_int("increments", increments, 1, 1_000_000)
     check_seconds("think_s", think_s, allow_zero=True)
