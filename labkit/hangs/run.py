@@ -119,7 +119,8 @@ def run_scenario(name: str, timeout_s: float | None = None, detail: bool | None 
            "TORCH_DISTRIBUTED_DEBUG": "DETAIL" if detail else "OFF"}
     with tempfile.TemporaryDirectory(prefix="labkit-hang-") as run_dir:
         started = time.monotonic()
-        result = launch_local(RANK_SCRIPT, name, str(timeout_s), nproc_per_node=spec.world_size,
+        result = launch_local(RANK_SCRIPT, json.dumps({"scenario": name, "timeout_s": timeout_s}),
+                              nproc_per_node=spec.world_size,
                               timeout_s=timeout_s + LAUNCH_ALLOWANCE_S, env=env, echo=echo,
                               run_dir=run_dir)
         seconds = time.monotonic() - started

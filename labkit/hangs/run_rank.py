@@ -1,9 +1,10 @@
-"""The hangs, what each rank runs: ``run_rank.py NAME TIMEOUT_S`` runs scenario NAME (the catalog
-and the rank code are in ``scenarios``) with the flight recorder installed and a collective
-timeout of TIMEOUT_S seconds."""
+"""The hangs, what each rank runs: ``run_rank.py CONFIG_JSON`` (``{"scenario", "timeout_s"}``)
+runs the scenario (the catalog and the rank code are in ``scenarios``) with the flight recorder
+installed and a collective timeout of ``timeout_s`` seconds."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from labkit.hangs.scenarios import RANK_CODE, SCENARIOS, RankContext
 
 
 def main(argv: list[str]) -> None:
-    """Rank entry: ``run_rank.py NAME TIMEOUT_S`` under labkit's launcher."""
+    """Rank entry: ``run_rank.py CONFIG_JSON`` under labkit's launcher."""
     import torch
     import torch.distributed as dist
 
@@ -21,7 +22,8 @@ def main(argv: list[str]) -> None:
     from labkit.runtime.dist import wait_for_peers
     from labkit.runtime.publish import RUN_DIR_ENV
 
-    name, timeout_s = argv[0], float(argv[1])
+    cfg = json.loads(argv[0])  # {"scenario": NAME, "timeout_s": S}
+    name, timeout_s = cfg["scenario"], float(cfg["timeout_s"])
     run_dir = Path(os.environ[RUN_DIR_ENV])
     wait_for_peers(dump_folder(run_dir) / "ready", int(os.environ["RANK"]),
                    int(os.environ["WORLD_SIZE"]))

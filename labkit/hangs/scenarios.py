@@ -2,9 +2,9 @@
 
 Every scenario is a loop of ``STEPS`` steps that all_reduces "gradients" (4 floats); one rank,
 the culprit, deviates. The catalog (``SCENARIOS``) is plain data the driver reads without
-importing torch; ``run_rank.py NAME TIMEOUT`` (what the driver
-launches) runs NAME on each rank with the flight recorder installed and a collective timeout of
-TIMEOUT seconds, so a hang fails in seconds instead of PyTorch's 30 minutes (gloo).
+importing torch; ``run_rank.py`` (what the driver launches) runs one on each rank with the
+flight recorder installed and a short collective timeout, so a hang fails in seconds instead of
+PyTorch's 30 minutes (gloo).
 
 What really happens on gloo (torch 2.13), without TORCH_DISTRIBUTED_DEBUG=DETAIL:
 

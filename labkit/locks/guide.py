@@ -28,6 +28,12 @@ MARK = "LABKIT_LOCKS"
 LAUNCH_MARGIN_S = 120.0  # rendezvous, Redis and teardown, on top of the measured start-up
 
 
+def _config(mode: str, namespace: str, rounds: int, think_s: float, skip_rank: int) -> str:
+    """The one JSON argument ``guide_rank.py`` reads."""
+    return json.dumps({"mode": mode, "namespace": namespace, "rounds": rounds,
+                       "think_s": think_s, "skip_rank": skip_rank})
+
+
 def launch_limit_s(ranks: int, work_s: float) -> float:
     """A bound on one guide-lock job that holds on a slow machine: the start-up of ``ranks``
     torch processes as measured here (``labkit.runtime.pace``), the job's own work, and a margin."""
@@ -127,7 +133,7 @@ def guide_lock_overlap(url: str, ranks: int = 2, rounds: int = 5, think_s: float
                           else launch_limit_s(ranks, 3 * rounds * (think_s + 0.1)))
     client, ns = connect(url), new_namespace()
     try:
-        result = launch_local(RANK_SCRIPT, "overlap", ns, str(rounds), str(think_s), "-1",
+        result = launch_local(RANK_SCRIPT, _config("overlap", ns, rounds, think_s, -1),
                               nproc_per_node=ranks, timeout_s=limit, echo=None,
                               env={CHILD_REDIS_URL_ENV: url, **CPU_GROUP}, check=True)
     finally:
@@ -159,7 +165,7 @@ def guide_lock_skip(url: str, ranks: int = 3, skip_rank: int | None = None,
     limit = timeout_s if timeout_s is not None else launch_limit_s(ranks, 3 * collective_timeout_s)
     client, ns = connect(url), new_namespace()
     try:
-        result = launch_local(RANK_SCRIPT, "skip", ns, "1", "0", str(skip_rank),
+        result = launch_local(RANK_SCRIPT, _config("skip", ns, 1, 0.0, skip_rank),
                               nproc_per_node=ranks, timeout_s=check_seconds("timeout_s", limit),
                               echo=None, env={CHILD_REDIS_URL_ENV: url, **CPU_GROUP,
                                               "LABKIT_COLLECTIVE_TIMEOUT": str(collective_timeout_s)})

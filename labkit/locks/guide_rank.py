@@ -1,6 +1,6 @@
 """The rank side of ``labkit.locks.guide``: the field guide's all_reduce "lock", run as written.
 
-``python -m labkit.runtime.worker guide_rank.py MODE NAMESPACE ROUNDS THINK_S SKIP_RANK`` under torchrun
+``python -m labkit.runtime.worker guide_rank.py CONFIG_JSON`` (mode, namespace, rounds, think_s, skip_rank) under torchrun
 (labkit's launcher). The only change to the guide's class: ``torch.zeros(1)`` stays on the CPU
 (gloo) instead of ``.cuda()``.
 
@@ -114,8 +114,9 @@ def skip(rank: int, world: int, ns: str, skip_rank: int) -> None:
 
 
 def main(argv: list[str]) -> None:
-    mode, ns, rounds, think_s, skip_rank = argv[0], argv[1], int(argv[2]), float(argv[3]), \
-        int(argv[4])
+    cfg = json.loads(argv[0])  # what labkit.locks.guide._config wrote
+    mode, ns, rounds = cfg["mode"], cfg["namespace"], int(cfg["rounds"])
+    think_s, skip_rank = float(cfg["think_s"]), int(cfg["skip_rank"])
     info = setup()
     try:
         if mode == "overlap":

@@ -136,7 +136,9 @@ def measure_coordination(samples: int = DEFAULT_SAMPLES, warmup: int = DEFAULT_W
             nats_server = NatsServer().start()
             env[CHILD_NATS_URL_ENV] = nats_server.url
             server["nats-server"] = check_nats(nats_server.url).version
-        result = launch_local(RANK_SCRIPT, ",".join(names), str(samples), str(warmup),
+        result = launch_local(RANK_SCRIPT,
+                              json.dumps({"transports": names, "samples": samples,
+                                          "warmup": warmup}),
                               nproc_per_node=2, timeout_s=timeout_s, env=env, echo=None,
                               check=True)
     finally:

@@ -1,6 +1,6 @@
 """The rank side of ``labkit.orchestration.coordination``: rank 0 pings, rank 1 answers.
 
-``python -m labkit.runtime.worker coordination_rank.py TRANSPORTS SAMPLES WARMUP`` on two ranks. For each
+``python -m labkit.runtime.worker coordination_rank.py CONFIG_JSON`` (``{"transports", "samples", "warmup"}``) on two ranks. For each
 transport in turn both ranks connect, meet at a barrier, run ``WARMUP`` untimed and ``SAMPLES``
 timed round trips (rank 0 times each with ``perf_counter_ns``), meet again and disconnect.
 Every ping carries its sequence number; a reply must bring it back. Rank 0 publishes the raw
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import sys
 import time
@@ -258,7 +259,8 @@ RUNNERS = {"tcpstore": tcpstore, "barrier": barrier, "redis_blpop": redis_blpop,
 
 
 def main() -> None:
-    names, samples, warmup = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3])
+    cfg = json.loads(sys.argv[1])  # {"transports": [...], "samples": N, "warmup": N}
+    names, samples, warmup = list(cfg["transports"]), int(cfg["samples"]), int(cfg["warmup"])
     info = labkit.runtime.dist.setup("gloo")
     if info.world_size != 2:
         raise SystemExit(f"coordination needs exactly 2 ranks, got {info.world_size}")

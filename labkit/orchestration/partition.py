@@ -203,7 +203,8 @@ def collective_partition(nodes: int = 3, cut_node: int = 2, timeout_s: float = 5
         cutter.start()
         launched = time.time()
         result = launch_local(
-            RANK_SCRIPT, str(records_dir), str(ITERATION_PAUSE_S), nnodes=nodes,
+            RANK_SCRIPT, json.dumps({"records": str(records_dir), "pause_s": ITERATION_PAUSE_S}),
+            nnodes=nodes,
             nproc_per_node=1, network=lab, echo=echo, run_dir=run_dir, timeout_s=limit_s,
             on_tick=end_after_the_cut,
             env={"GLOO_SOCKET_IFNAME": lab.ifname, TIMEOUT_ENV: str(timeout_s)})

@@ -1,11 +1,11 @@
 """Rank side of :func:`labkit.orchestration.partition.collective_partition`: all_reduce in a loop, log each.
 
-``python -m labkit.runtime.worker partition_rank.py RECORDS_DIR PAUSE_S`` (what the experiment launches,
-one rank per lab node) appends JSON lines to ``RECORDS_DIR/rank<R>.jsonl``: a ``start`` record
+``python -m labkit.runtime.worker partition_rank.py CONFIG_JSON`` (``{"records", "pause_s"}``: what the experiment launches,
+one rank per lab node) appends JSON lines to ``records/rank<R>.jsonl``: a ``start`` record
 with the rank's lab address, one ``iteration`` record per completed all_reduce (wall time and
 how long it took), and an ``error`` record with the first line of the exception that ended the
 loop, which is then raised again (the launcher records the traceback). The loop stops cleanly
-when any rank sees a ``stop`` file in RECORDS_DIR: the flag rides on the all_reduce itself, so
+when any rank sees a ``stop`` file in ``records``: the flag rides on the all_reduce itself, so
 every rank stops after the same iteration.
 """
 
@@ -33,7 +33,8 @@ def main(argv: list[str]) -> None:
     from labkit.runtime import dist as ldist
     from labkit.runtime.dist import wait_for_peers
 
-    records, pause_s = Path(argv[0]), float(argv[1])
+    cfg = json.loads(argv[0])  # {"records": DIR, "pause_s": S}
+    records, pause_s = Path(cfg["records"]), float(cfg["pause_s"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # Every rank imports torch first: a slow start must not count against the short timeout.
     wait_for_peers(records / "ready", rank, world)

@@ -46,7 +46,8 @@ def measure_one(world_size: int, mode: str, per_agent_mb: float = 32,
         raise ParameterError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if world_size < 1 or per_agent_mb <= 0:
         raise ParameterError("need world_size >= 1 and per_agent_mb > 0")
-    result = launch_local(RANK_SCRIPT, mode, str(per_agent_mb), nproc_per_node=world_size,
+    result = launch_local(RANK_SCRIPT, json.dumps({"mode": mode, "per_agent_mb": per_agent_mb}),
+                          nproc_per_node=world_size,
                           timeout_s=timeout_s, echo=None, check=True)
     got = result.published
     if not isinstance(got, dict):

@@ -1,6 +1,6 @@
 """The rank side of ``labkit.scaling.memory``: hold experience replicated or sharded, sample it.
 
-``python -m labkit.runtime.worker memory_rank.py MODE PER_AGENT_MB``. Each rank makes ``PER_AGENT_MB``
+``python -m labkit.runtime.worker memory_rank.py CONFIG_JSON`` (``{"mode", "per_agent_mb"}``). Each rank makes ``per_agent_mb``
 of float32 rows whose values are known from (rank, index), then either all-gathers everyone's
 rows (``replicated``) or keeps its own (``sharded``, sampling fetches rows from their owners with
 ``all_to_all_single``). Resident memory (``/proc/self/status``) is taken against a baseline after
@@ -10,6 +10,7 @@ kept free pages are not counted; rank 0 publishes the per-rank numbers as JSON.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import torch
@@ -87,7 +88,8 @@ def hold_and_sample(mode: str, rank: int, world: int, rows: int, gen: torch.Gene
 
 
 def main() -> None:
-    mode, per_agent_mb = sys.argv[1], float(sys.argv[2])
+    cfg = json.loads(sys.argv[1])  # {"mode": ..., "per_agent_mb": ...}
+    mode, per_agent_mb = cfg["mode"], float(cfg["per_agent_mb"])
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = max(1, int(per_agent_mb * 1024 * 1024) // (DIM * 4))
