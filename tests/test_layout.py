@@ -138,6 +138,8 @@ def test_every_experiment_is_a_driver_beside_its_rank_script() -> None:
             driver = name.removesuffix("_rank")
             assert driver in MODULES, f"{name} has no driver {driver}"
             assert "rank_script(__name__)" in MODULES[driver].read_text(), driver
+            source = MODULES[name].read_text()  # its one argument: a JSON config
+            assert "json.loads(" in source or "from_json(" in source, name
     for name, path in MODULES.items():
         for line in path.read_text().splitlines():
             if line.startswith("RANK_SCRIPT ="):
