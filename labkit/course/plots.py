@@ -23,13 +23,34 @@ if TYPE_CHECKING:
 
 
 def figure(ncols: int = 1, *, width: float = 8.0, height: float = 4.2, nrows: int = 1,
-           sharey: bool = False) -> tuple[Figure, list[Axes]]:
-    """A figure with ``nrows x ncols`` axes (as a flat list) and a layout that fits its labels."""
+           sharey: bool = False, **subplots: Any) -> tuple[Figure, list[Axes]]:
+    """A figure with ``nrows x ncols`` axes (as a flat list) and a layout that fits its labels;
+    ``subplots`` go to ``Figure.subplots`` (``width_ratios=[3, 1]``, ``sharex=True``). In a
+    notebook the figure shows as a cell's last value, or with ``display(fig)``."""
     from matplotlib.figure import Figure
 
+    _shown_as_png()
     fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False)
+    axes = fig.subplots(nrows, ncols, sharey=sharey, squeeze=False, **subplots)
     return fig, [ax for row in axes for ax in row]
+
+
+def _shown_as_png() -> None:
+    """In IPython, show a ``Figure`` as a PNG (what ``%matplotlib inline`` sets up), so a
+    figure displays without pyplot ever being imported."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    png = shell.display_formatter.formatters["image/png"]
+    if Figure not in png.type_printers:
+        png.for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def learning_curves(ax: Axes, curves: Mapping[str, Sequence[Mapping[str, float]]], *,
