@@ -322,3 +322,19 @@ def test_widgets_build_and_a_slider_change_redraws():
     assert summary == ui.summary and ui.redraws == 5
     assert summary["cost_usd"] == pytest.approx(
         cost.run_cost(16, ui.model.run_hours(16, 1000), before["price_per_gpu_hour"] * 2))
+
+
+def test_overlap_and_the_comparison_with_measurements() -> None:
+    from types import SimpleNamespace
+
+    m = cost.ScalingModel(compute_s_per_step=1.0, alpha_s=300e-6, beta_s_per_byte=1 / 10e9,
+                          grad_bytes=100e6)
+    for n in (1, 8, 64):
+        assert m.overlap_step(n) == max(m.compute_s(n), m.comm_s(n)) <= m.step_time(n)
+    assert m.best_n_with_overlap(128) >= m.best_n(128)  # hiding the all-reduce never hurts
+    alpha, beta = 1e-5, 1e-9
+    measured = {4: SimpleNamespace(rows=[SimpleNamespace(size=1024, time_us=50.0)])}
+    (row,) = cost.compare_to_measured(measured, {"link": (alpha, beta)})
+    model_us = cost.allreduce_time(4, 1024, alpha, beta) * 1e6
+    assert row["hops"] == cost.allreduce_hops(4) and row["link"] == model_us
+    assert row["link ratio"] == model_us / 50.0

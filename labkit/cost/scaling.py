@@ -8,6 +8,7 @@ builds one from what this run measured (notebook 03's all_reduce fit, the policy
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +151,16 @@ class ScalingModel:
     def step_time(self, n_gpus: int) -> float:
         """Seconds per step on n GPUs: compute/n + one all-reduce of the gradients."""
         return self.compute_s(n_gpus) + self.comm_s(n_gpus)
+
+    def overlap_step(self, n_gpus: int) -> float:
+        """Seconds per step with perfect overlap (DDP all-reducing buckets while backward runs):
+        the longer of compute/n and the all-reduce, instead of their sum."""
+        return max(self.compute_s(n_gpus), self.comm_s(n_gpus))
+
+    def best_n_with_overlap(self, max_n: int) -> int:
+        """Like :meth:`best_n`, for :meth:`overlap_step`."""
+        _check_n(max_n)
+        return min(range(1, max_n + 1), key=lambda n: (self.overlap_step(n), n))
 
     def throughput(self, n_gpus: int) -> float:
         """Steps per second on n GPUs (times the global batch for samples per second)."""
@@ -374,3 +385,28 @@ def more_gpus_slower(model: ScalingModel, n: int = 32, m: int = 64,
     slow = replace(model, alpha_s=alpha_s)
     return SlowdownDemo(slow, n, m, (low, high), model.alpha_where_slower(n, m),
                         slow.step_time(n), slow.step_time(m), slow.best_n(m))
+
+
+def link_of(fit: AlphaBeta) -> tuple[float, float]:
+    """(alpha per hop in s, beta in s per byte) of a measured all-reduce fit, as
+    :meth:`ScalingModel.from_alpha_beta` derives them."""
+    model = ScalingModel.from_alpha_beta(fit, compute_s_per_step=1.0, grad_bytes=0.0)
+    return model.alpha_s, model.beta_s_per_byte
+
+
+def compare_to_measured(reports: Mapping[int, Any], links: Mapping[str, tuple[float, float]],
+                        algorithm: str = "ring") -> list[dict[str, Any]]:
+    """One row per measured all-reduce (``reports``: world size -> a collectives report with
+    ``rows``): ``n``, ``hops``, ``size``, ``measured_us``, and for each labelled link
+    ``(alpha_s, beta_s_per_byte)`` the model's time (``<label>``, us) and ``<label> ratio``
+    (model / measured: 1 is a perfect prediction, 2 twice too slow)."""
+    rows = []
+    for n, report in reports.items():
+        for measured in report.rows:
+            row = {"n": n, "hops": allreduce_hops(n, algorithm), "size": measured.size,
+                   "measured_us": measured.time_us}
+            for label, (alpha_s, beta) in links.items():
+                model_us = allreduce_time(n, measured.size, alpha_s, beta, algorithm) * 1e6
+                row[label], row[f"{label} ratio"] = model_us, model_us / measured.time_us
+            rows.append(row)
+    return rows
