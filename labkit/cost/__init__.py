@@ -2,6 +2,7 @@
 
 - ``guide_table``: the guide's cost table as data (``data/guide_costs.csv``), checked against itself.
 - ``scaling``: alpha-beta all-reduce times and ``ScalingModel`` (where more GPUs stop paying).
+- ``measured``: the model from this run's measurements, and against them.
 - ``money``: run cost, cost per solved run, on-prem break-even from editable assumptions.
 - ``plots`` and ``widgets``: the lesson's figures and the sliders that redraw them.
 
@@ -35,6 +36,21 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         guide_cost_checks,
         load_guide_costs,
     )
+    from labkit.cost.measured import (
+        ALPHA_BETA_RESULT,
+        DEFAULT_LAB_FIT,
+        LAB_POLICY_BATCH,
+        LAB_POLICY_GRAD_BYTES,
+        LAB_POLICY_HIDDEN,
+        LAB_POLICY_PARAMS,
+        LAB_POLICY_STEP_S,
+        LabFit,
+        compare_to_measured,
+        lab_alpha_beta,
+        lab_scaling_model,
+        link_of,
+        measure_policy_step_s,
+    )
     from labkit.cost.money import (
         ASSUMED_ONPREM_GPUS,
         GUIDE_BREAK_EVEN_MONTHS,
@@ -62,23 +78,12 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
     )
     from labkit.cost.scaling import (
         ALGORITHMS,
-        ALPHA_BETA_RESULT,
-        DEFAULT_LAB_FIT,
-        LAB_POLICY_BATCH,
-        LAB_POLICY_GRAD_BYTES,
-        LAB_POLICY_HIDDEN,
-        LAB_POLICY_PARAMS,
-        LAB_POLICY_STEP_S,
-        LabFit,
         ScalingModel,
         ScalingPoint,
         SlowdownDemo,
         StopPaying,
         allreduce_hops,
         allreduce_time,
-        lab_alpha_beta,
-        lab_scaling_model,
-        measure_policy_step_s,
         more_gpus_slower,
     )
     from labkit.cost.widgets import (
@@ -92,13 +97,15 @@ _HOME = {
     "ALGORITHMS": "labkit.cost.scaling",
     "allreduce_hops": "labkit.cost.scaling",
     "allreduce_time": "labkit.cost.scaling",
-    "ALPHA_BETA_RESULT": "labkit.cost.scaling",
+    "compare_to_measured": "labkit.cost.measured",
+    "link_of": "labkit.cost.measured",
+    "ALPHA_BETA_RESULT": "labkit.cost.measured",
     "ASSUMED_ONPREM_GPUS": "labkit.cost.money",
     "break_even_months": "labkit.cost.money",
     "break_even_sweep": "labkit.cost.money",
     "BreakEven": "labkit.cost.money",
     "cost_per_solved_run": "labkit.cost.money",
-    "DEFAULT_LAB_FIT": "labkit.cost.scaling",
+    "DEFAULT_LAB_FIT": "labkit.cost.measured",
     "guide_break_even": "labkit.cost.money",
     "GUIDE_BREAK_EVEN_MONTHS": "labkit.cost.money",
     "GUIDE_CAPEX_USD": "labkit.cost.money",
@@ -113,16 +120,16 @@ _HOME = {
     "GuideCost": "labkit.cost.guide_table",
     "HOURS_PER_MONTH": "labkit.cost.money",
     "job_estimates": "labkit.cost.money",
-    "lab_alpha_beta": "labkit.cost.scaling",
-    "LAB_POLICY_BATCH": "labkit.cost.scaling",
-    "LAB_POLICY_GRAD_BYTES": "labkit.cost.scaling",
-    "LAB_POLICY_HIDDEN": "labkit.cost.scaling",
-    "LAB_POLICY_PARAMS": "labkit.cost.scaling",
-    "LAB_POLICY_STEP_S": "labkit.cost.scaling",
-    "lab_scaling_model": "labkit.cost.scaling",
-    "LabFit": "labkit.cost.scaling",
+    "lab_alpha_beta": "labkit.cost.measured",
+    "LAB_POLICY_BATCH": "labkit.cost.measured",
+    "LAB_POLICY_GRAD_BYTES": "labkit.cost.measured",
+    "LAB_POLICY_HIDDEN": "labkit.cost.measured",
+    "LAB_POLICY_PARAMS": "labkit.cost.measured",
+    "LAB_POLICY_STEP_S": "labkit.cost.measured",
+    "lab_scaling_model": "labkit.cost.measured",
+    "LabFit": "labkit.cost.measured",
     "load_guide_costs": "labkit.cost.guide_table",
-    "measure_policy_step_s": "labkit.cost.scaling",
+    "measure_policy_step_s": "labkit.cost.measured",
     "more_gpus_slower": "labkit.cost.scaling",
     "OnPremAssumptions": "labkit.cost.money",
     "plot_break_even": "labkit.cost.plots",

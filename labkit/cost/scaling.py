@@ -8,7 +8,6 @@ builds one from what this run measured (notebook 03's all_reduce fit, the policy
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,6 @@ if TYPE_CHECKING:
     from labkit.collectives.alphabeta import AlphaBeta
 
 ALGORITHMS = ("ring", "halving_doubling")
-
-ALPHA_BETA_RESULT = "alpha_beta_all_reduce"  # the name notebook 03 saves its fit under
 
 
 def allreduce_hops(n: int, algorithm: str = "ring") -> int:
@@ -270,93 +267,6 @@ def _check_n(n: int) -> None:
         raise ParameterError(f"a GPU count must be an integer >= 1, not {n!r}")
 
 
-# The lab's own numbers, used when this run has no fit of its own. Both come from the
-# development machine (2 cores, no GPU, gloo) on 2026-11-30, not from the machine you are on:
-# the all_reduce fit of notebook 03 kept in runs/20261130-044507/alpha_beta_all_reduce.json,
-# and the agent policy of `labkit bench ddp` in the README's "Measured" section.
-DEFAULT_LAB_FIT = {"op": "all_reduce", "backend": "gloo", "n": 4, "alpha_us": 7194.9,
-                   "beta_gbps": 0.70692, "busbw_gbps": 1.06037, "r2": 0.747, "points": 15,
-                   "in_place": None}
-
-LAB_POLICY_PARAMS = 67_586  # `labkit bench ddp --part agents`: the agent policy's parameters
-
-LAB_POLICY_GRAD_BYTES = LAB_POLICY_PARAMS * 4  # float32 gradients
-
-LAB_POLICY_STEP_S = 3.7e-3  # its local (one rank, no communication) step, README "Measured"
-
-LAB_POLICY_HIDDEN, LAB_POLICY_BATCH = 256, 64  # `labkit bench ddp --part agents` defaults
-
-
-def measure_policy_step_s(steps: int = 50, warmup: int = 5) -> float:
-    """The lab policy's local step (forward, backward, SGD; no communication) timed in this
-    process, median of ``steps``: the compute side of the scaling model, measured on this
-    machine rather than taken from the development machine's ``LAB_POLICY_STEP_S``."""
-    import statistics
-    import time
-
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    if steps < 1 or warmup < 0:
-        raise ParameterError("need steps >= 1 and warmup >= 0")
-    gen = torch.Generator().manual_seed(0)
-    h = LAB_POLICY_HIDDEN
-    model = nn.Sequential(nn.Linear(4, h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(), nn.Linear(h, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    obs = torch.randn(LAB_POLICY_BATCH, 4, generator=gen)
-    act = torch.randint(0, 2, (LAB_POLICY_BATCH,), generator=gen)
-    times, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)  # as on a rank: torchrun sets OMP_NUM_THREADS=1
-    try:
-        for i in range(warmup + steps):
-            began = time.perf_counter()
-            F.cross_entropy(model(obs), act).backward()
-            opt.step()
-            opt.zero_grad()
-            if i >= warmup:
-                times.append(time.perf_counter() - began)
-    finally:
-        torch.set_num_threads(threads)
-    return statistics.median(times)
-
-
-@dataclass(frozen=True)
-class LabFit:
-    """The alpha-beta fit the lab uses, and whether this run measured it."""
-
-    fit: AlphaBeta
-    measured_here: bool  # False: DEFAULT_LAB_FIT, a past run on the development machine
-    note: str
-
-
-def lab_alpha_beta(name: str = ALPHA_BETA_RESULT) -> LabFit:
-    """Notebook 03's all_reduce fit from this run's results (``load_result``); without one,
-    the documented default, flagged as such."""
-    from labkit.collectives.alphabeta import AlphaBeta
-    from labkit.course.results import load_result
-
-    data = load_result(name)
-    if data:
-        try:
-            fit = AlphaBeta.from_dict(data)
-        except (KeyError, TypeError) as err:
-            raise ParameterError(f"result {name!r} is not an alpha-beta fit: {err}") from err
-        return LabFit(fit, True, f"measured in this run ({fit.backend}, {fit.n} ranks, "
-                                 f"r^2 {fit.r2:.2f})")
-    return LabFit(AlphaBeta.from_dict(DEFAULT_LAB_FIT), False,
-                  "no fit in this run: the default from the development machine "
-                  "(gloo, 4 ranks on 2 cores, 2026-11-30); run notebook 03 for your own")
-
-
-def lab_scaling_model(compute_s_per_step: float = LAB_POLICY_STEP_S,
-                      grad_bytes: float = LAB_POLICY_GRAD_BYTES,
-                      algorithm: str = "ring") -> tuple[ScalingModel, LabFit]:
-    """The scaling model of the lab's agent policy on the lab's measured link."""
-    lab = lab_alpha_beta()
-    return ScalingModel.from_alpha_beta(lab.fit, compute_s_per_step, grad_bytes, algorithm), lab
-
-
 @dataclass(frozen=True)
 class SlowdownDemo:
     """"More GPUs = slower" made to happen: the workload of a model with the per-hop latency
@@ -385,28 +295,3 @@ def more_gpus_slower(model: ScalingModel, n: int = 32, m: int = 64,
     slow = replace(model, alpha_s=alpha_s)
     return SlowdownDemo(slow, n, m, (low, high), model.alpha_where_slower(n, m),
                         slow.step_time(n), slow.step_time(m), slow.best_n(m))
-
-
-def link_of(fit: AlphaBeta) -> tuple[float, float]:
-    """(alpha per hop in s, beta in s per byte) of a measured all-reduce fit, as
-    :meth:`ScalingModel.from_alpha_beta` derives them."""
-    model = ScalingModel.from_alpha_beta(fit, compute_s_per_step=1.0, grad_bytes=0.0)
-    return model.alpha_s, model.beta_s_per_byte
-
-
-def compare_to_measured(reports: Mapping[int, Any], links: Mapping[str, tuple[float, float]],
-                        algorithm: str = "ring") -> list[dict[str, Any]]:
-    """One row per measured all-reduce (``reports``: world size -> a collectives report with
-    ``rows``): ``n``, ``hops``, ``size``, ``measured_us``, and for each labelled link
-    ``(alpha_s, beta_s_per_byte)`` the model's time (``<label>``, us) and ``<label> ratio``
-    (model / measured: 1 is a perfect prediction, 2 twice too slow)."""
-    rows = []
-    for n, report in reports.items():
-        for measured in report.rows:
-            row = {"n": n, "hops": allreduce_hops(n, algorithm), "size": measured.size,
-                   "measured_us": measured.time_us}
-            for label, (alpha_s, beta) in links.items():
-                model_us = allreduce_time(n, measured.size, alpha_s, beta, algorithm) * 1e6
-                row[label], row[f"{label} ratio"] = model_us, model_us / measured.time_us
-            rows.append(row)
-    return rows
