@@ -253,8 +253,9 @@ def test_prometheus_fires_pair_latency_high_for_the_slowed_rank_only(tmp_path,
                       keep_history=True)
     assert job.source == "prometheus" and job.prometheus_url and job.threshold_s == threshold
     assert len(job.answers["targets up"]) == world  # asked while the server still held the job
-    assert {(int(s["metric"]["src"]), int(s["metric"]["dst"])) for s in job.answers["slow pairs"]} \
-        <= {(i, j) for i in range(world) for j in range(world) if slow in (i, j) and i != j}
+    answered = {(int(s["metric"]["src"]), int(s["metric"]["dst"]))
+                for s in job.answers["slow pairs"]}
+    assert answered == {(i, j) for i in range(world) for j in range(world) if slow in (i, j) and i != j}
     swept = {(src, dst) for src, dst, _, _ in job.pair_history}  # the second scraper's samples
     assert swept == {(i, j) for i in range(world) for j in range(world) if i != j}
     assert job.targets_up_s is not None and job.evaluations is not None and job.evaluations >= 1

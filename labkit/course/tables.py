@@ -81,8 +81,8 @@ def fmt_bytes(n: float | None) -> str:
     """A size in binary units: ``512 B``, ``4 KiB``, ``1.5 MiB``, ``2 GiB``."""
     if n is None:
         return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
             return f"{n:.4g} {unit}"
         n /= 1024
-    return f"{n:.4g} TiB"  # not reached
+    return f"{n:.4g} TiB"

@@ -73,8 +73,7 @@ class PairHistory(threading.Thread):
                     samples = samples_from_text(scrape(f"http://{endpoint}/metrics", timeout=2))
                 except (OSError, ValueError):  # the rank has stopped serving
                     continue
-                sweep = next((int(s.value) for s in samples
-                              if s.name == "labkit_pingpong_sweeps_total"), 0)
+                sweep = _sweeps_in(samples)
                 for s in samples:
                     if s.name == "labkit_pair_latency_seconds" and sweep:
                         self._seen[(int(s.labels["src"]), int(s.labels["dst"]), sweep)] = s.value

@@ -29,7 +29,7 @@ from typing import Any
 
 from labkit.errors import ParameterError
 
-_COMMENT = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+?)\s*$")
+_COMMENT = re.compile(r"^    (\w+)\s*:[^#]*#\s*(.+?)\s*$")  # a field: one indent deep
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -49,13 +49,12 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def _scalar(hint: Any) -> tuple[type, bool]:
-    """(the type a flag parses, whether None is allowed) for a field's type hint."""
+def _scalar(hint: Any) -> type:
+    """The type a flag parses for a field's type hint (``int | None``: ``int``)."""
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return rest[0], True
-    return hint, False
+        return next(a for a in args if a is not type(None))
+    return hint
 
 
 def add_config_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type, *,
@@ -70,12 +69,11 @@ def add_config_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGro
     aliases = {name: list(extra) for name, extra in (aliases or {}).items()}
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
-    base = defaults if defaults is not None else None
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        value = getattr(base, f.name) if base is not None else _default(f)
-        kind, _ = _scalar(hints[f.name])
+        value = getattr(defaults, f.name) if defaults is not None else _default(f)
+        kind = _scalar(hints[f.name])
         if dataclasses.is_dataclass(kind):
             add_config_arguments(parser, kind, skip=skip, flags=flags, choices=choices,
                                  aliases=aliases, defaults=value)
@@ -104,7 +102,7 @@ def config_from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
         if f.name in given:
             values[f.name] = given[f.name]
             continue
-        kind, _ = _scalar(hints[f.name])
+        kind = _scalar(hints[f.name])
         if dataclasses.is_dataclass(kind):
             values[f.name] = config_from_args(kind, args)
         elif hasattr(args, f.name):
@@ -126,7 +124,7 @@ def from_json(cls: type, text: str | Mapping[str, Any]) -> Any:
     if unknown:
         raise ParameterError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
     for name, value in raw.items():
-        kind, _ = _scalar(hints[name])
+        kind = _scalar(hints[name])
         if dataclasses.is_dataclass(kind) and isinstance(value, Mapping):
             raw[name] = from_json(kind, value)
     return cls(**raw)
