@@ -8,12 +8,23 @@
 - ``results``: where a notebook keeps what a later lesson reads, as JSON.
 
 A notebook imports from its own topic and from here; this package's surface is only what every
-notebook needs (results and the lesson's note), so importing it stays cheap.
+notebook needs (results and the lesson's note), each imported on first use.
 """
 
 from __future__ import annotations
 
-from labkit.course.notes import lesson_note
-from labkit.course.results import as_dict, load_result, results_dir, save_result
+from typing import TYPE_CHECKING
 
-__all__ = ["as_dict", "lesson_note", "load_result", "results_dir", "save_result"]
+from labkit.runtime.lazy import lazy_surface
+
+if TYPE_CHECKING:  # what each name is, for readers and type checkers
+    from labkit.course.notes import lesson_note
+    from labkit.course.results import as_dict, load_result, results_dir, save_result
+
+# A topic that keeps a result (cost, collectives) imports course.results alone: the doctor's
+# program table behind lesson_note is imported only when a notebook asks for its note.
+_HOME = {"as_dict": "labkit.course.results", "lesson_note": "labkit.course.notes",
+         "load_result": "labkit.course.results", "results_dir": "labkit.course.results",
+         "save_result": "labkit.course.results"}
+__all__ = sorted(_HOME)
+__getattr__, __dir__ = lazy_surface(__name__, _HOME)
