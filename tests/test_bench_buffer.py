@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from labkit.buffers.bench import IMPLS, add_arguments, measure_buffers, parse_benchmark_csv
-from labkit.buffers.bench_report import explained_table, notes, sweep_summary
+from labkit.buffers.bench_report import BUSY, bottleneck, explained_table, notes, sweep_summary
 from labkit.buffers.bench_tracking import Spans
 
 ROW_KEYS = {"impl", "push_per_s", "pull_per_s", "e2e_per_s", "redis_benchmark_rpush_per_s",
@@ -126,3 +126,32 @@ def test_a_window_that_measured_nothing_is_explained_not_a_crash() -> None:
     assert "0.5 s after" in said and "ended 0.02 s apart" in said
     assert notes({**shared, "push_overlap": 1.0, "e2e_overlap": 1.0}, 1.0) == []
     assert "peaked at 900/s with 32" in sweep_summary([shared], "list")
+
+
+def sweep_rows(impl: str, rates: list[float], cpus: list[float | None]) -> list[dict]:
+    """A made-up sweep over 1, 2, 4... agents: the push rate and the server's CPU at each."""
+    return [{"agents": 2 ** i, "impl": impl, "push_per_s": rate, "server_cpu_push": cpu}
+            for i, (rate, cpu) in enumerate(zip(rates, cpus, strict=True))]
+
+
+def test_the_bottleneck_verdict_comes_from_the_sweeps_numbers() -> None:
+    # the rate stops growing at 4 agents with the server at a third of a core: the clients
+    clients = bottleneck(sweep_rows("guide", [100, 190, 400, 410, 405], [0.1, 0.2, 0.3, 0.35, 0.3]),
+                         "guide", cores=2)
+    assert clients.first == "clients" and clients.knee_agents == 4 and clients.busy_from is None
+    said = clients.describe()
+    assert "never used more than 0.35 of a core up to 16 agents" in said
+    assert "clients saturated first" in said and "2 cores" in said
+    # the server reaches a core as the rate stops growing, and stays there: the server
+    server = bottleneck(sweep_rows("list", [1e4, 2e4, 3.9e4, 4e4], [0.3, 0.6, BUSY, 1.0]), "list")
+    assert server.first == "server" and server.busy_from == 4 and server.busy_after
+    assert f">= {BUSY:g} of a core from 4 agents on" in server.describe()
+    # a busy moment while the rate kept growing is no saturation, and is said not to last
+    growing = bottleneck(sweep_rows("list", [100, 200, 400], [0.1, 0.95, 0.5]), "list")
+    assert growing.first == "neither" and growing.busy_from == 2 and not growing.busy_after
+    assert "first at 2 agents (not at every larger count)" in growing.describe()
+    assert "still growing at 4 agents" in growing.describe()
+    # what the sweep cannot tell, it does not claim
+    assert bottleneck(sweep_rows("list", [100, 200], [None, None]), "list").first == "unknown"
+    assert bottleneck(sweep_rows("list", [100], [0.1]), "list").first == "one point"
+    assert bottleneck(sweep_rows("list", [100], [0.1]), "guide") is None

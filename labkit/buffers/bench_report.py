@@ -1,9 +1,11 @@
-"""The buffer benchmark's results as tables, and the notes that explain a run where agents started
-late or a window saw nothing.
+"""The buffer benchmark's results as tables, the notes that explain a run where agents started
+late or a window saw nothing, and a sweep's verdict on whether the server or the clients ran out
+first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from labkit.buffers.bench_tracking import DRAIN_QUIET_S, LEAD_ROUND_TRIPS
@@ -92,3 +94,93 @@ def sweep_summary(points: list[dict[str, Any]], impl: str) -> str:
               f"(at {busiest['agents']} agents)")
     return (f"{impl}: push rate peaked at {best['push_per_s']:.0f}/s with {best['agents']} "
             f"agent(s); {server}")
+
+
+BUSY = 0.9  # of one core: a Redis server this busy is the bottleneck (commands run on one thread)
+NEAR_PEAK = 0.9  # a push rate this close to a sweep's peak has stopped growing
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """Which side of one implementation's sweep ran out first, from the sweep's own numbers."""
+
+    impl: str
+    most_agents: int  # the largest agent count that gave a push rate
+    peak_per_s: float
+    peak_agents: int
+    knee_agents: int  # the fewest agents whose push rate came within NEAR_PEAK of the peak
+    knee_cpu: float | None  # the share of a core the server used at knee_agents
+    max_cpu: float | None  # the most of a core the server used in the whole sweep
+    busy_from: int | None  # the fewest agents at which the server used >= BUSY of a core
+    busy_after: bool  # ... and it stayed that busy at every larger agent count
+    cores: int | None  # cores the agents, the learner and the server shared
+    first: str  # "server", "clients", "neither", "one point" or "unknown" (no server CPU)
+
+    def describe(self) -> str:
+        """The findings, one a line: the server's CPU, the push rate, who ran out first."""
+        if self.max_cpu is None:
+            server = "the server's CPU was not measured (a server on another machine?)"
+        elif self.busy_from is None:
+            server = (f"the server never used more than {self.max_cpu:.2f} of a core up to "
+                      f"{_agents(self.most_agents)}")
+        else:
+            server = (f"the server used >= {BUSY:g} of a core "
+                      + (f"from {_agents(self.busy_from)} on" if self.busy_after else
+                         f"first at {_agents(self.busy_from)} (not at every larger count)"))
+        rate = (f"the push rate peaked at {self.peak_per_s:.0f}/s with "
+                f"{_agents(self.peak_agents)} and first came within "
+                f"{100 * (1 - NEAR_PEAK):.0f}% of that at {_agents(self.knee_agents)}")
+        knee_cpu = "not measured" if self.knee_cpu is None else f"{self.knee_cpu:.2f} of a core"
+        verdict = {
+            "server": (f"the server saturated first: it used {knee_cpu} at "
+                       f"{_agents(self.knee_agents)}, where the push rate stopped growing"),
+            "clients": (f"the clients saturated first: the push rate stopped growing at "
+                        f"{_agents(self.knee_agents)} while the server used {knee_cpu}"),
+            "neither": (f"neither saturated: the push rate was still growing at "
+                        f"{_agents(self.most_agents)}"),
+            "one point": "one agent count cannot show where the push rate stops growing",
+            "unknown": "which side saturated first needs the server's CPU",
+        }[self.first]
+        shared = "" if self.cores is None else (
+            f" (agents, learner and server shared {self.cores} cores)")
+        return f"{self.impl}: {server}\n  {rate}\n  -> {verdict}{shared}"
+
+
+def _agents(n: int) -> str:
+    return f"{n} agent" if n == 1 else f"{n} agents"
+
+
+def bottleneck(points: list[dict[str, Any]], impl: str, cores: int | None = None) -> Bottleneck | None:
+    """``impl``'s rows of a sweep over agent counts, read for who ran out first: the server
+    (it used :data:`BUSY` of a core or more at the agent count where the push rate stopped
+    growing) or the clients (the rate stopped growing with the server below that). None when
+    no agent count gave a push rate."""
+    rows = sorted((p for p in points if p["impl"] == impl and p.get("push_per_s") is not None),
+                  key=lambda p: p["agents"])
+    if not rows:
+        return None
+    peak = max(rows, key=lambda p: p["push_per_s"])
+    knee = next(p for p in rows if p["push_per_s"] >= NEAR_PEAK * peak["push_per_s"])
+
+    busy = [p["agents"] for p in rows if (p.get("server_cpu_push") or 0.0) >= BUSY]
+    busy_from = busy[0] if busy else None
+    busy_after = busy_from is not None and all(
+        (p.get("server_cpu_push") or 0.0) >= BUSY for p in rows if p["agents"] >= busy_from)
+    cpu = [p["server_cpu_push"] for p in rows if p.get("server_cpu_push") is not None]
+    max_cpu = max(cpu) if cpu else None
+    if max_cpu is None:
+        first = "unknown"
+    elif (knee.get("server_cpu_push") or 0.0) >= BUSY:
+        first = "server"
+    elif len(rows) == 1:
+        first = "one point"
+    elif knee is not rows[-1]:
+        first = "clients"
+    else:
+        first = "neither"
+    return Bottleneck(
+        impl=impl, most_agents=rows[-1]["agents"], peak_per_s=peak["push_per_s"],
+        peak_agents=peak["agents"], knee_agents=knee["agents"],
+        knee_cpu=knee.get("server_cpu_push"), max_cpu=max_cpu,
+        busy_from=busy_from, busy_after=busy_after,
+        cores=cores, first=first)
