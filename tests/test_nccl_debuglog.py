@@ -94,3 +94,13 @@ def test_unknown_and_partial_lines_are_ignored_not_fatal():
                           "host:1:2 [0] NCCL INFO Channel 04/1 : 3[1] -> 0[0] [re\n")
     assert (log.parsed_lines, log.ignored_lines) == (0, 3)
     assert log.version is None and log.connections == []
+
+
+def test_a_network_plugin_is_named_in_full():
+    """A plugin's network name can have a space (aws-ofi-nccl's "AWS Libfabric"): kept whole."""
+    text = "\n".join((
+        "ip-172-31-3-90:1929:1937 [0] NCCL INFO NET/OFI Selected Provider is efa (found 16 nics)",
+        "ip-172-31-3-90:1929:1937 [0] NCCL INFO Using network AWS Libfabric",
+        "ip-172-31-3-91:1930:1938 [0] NCCL INFO Using network Libfabric",
+    ))
+    assert parse_debug_log(text).networks == ["AWS Libfabric", "Libfabric"]

@@ -4,7 +4,7 @@ NCCL prints ``host:pid:tid [cudaDev] NCCL INFO <message>`` (``src/debug.cc``); l
 prefix lines (``[1,0]<stdout>:``, timestamps), so the prefix is searched for, not anchored.
 Lines the reader does not know are counted and ignored.
 
-    log = parse_debug_log(Path("data/nccl_logs/nccl_1027_a800_1node.log").read_text())
+    log = parse_debug_log(Path("data/nccl_logs/nccl_1027_a800_1node_8gpu.log").read_text())
     log.version, log.transports, log.n_channels, log.rings[0]
 """
 
@@ -29,7 +29,7 @@ _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (.+)$")
 _NET = re.compile(r"NET/(Socket|IB) ?: Using (.*?)(?: ?; OOB (\S+))?\s*$")
 _NET_ENTRY = re.compile(r"\[(\d+)\]([^:\s]+):(\S+)")
 _NO_DEVICE = re.compile(r"NET/(IB|Socket) ?: No device found")
-_NETWORK = re.compile(r"Using network (\S+)")
+_NETWORK = re.compile(r"Using network (\S.*?)\s*$")  # IB, Socket, or a plugin: "Libfabric", "AWS Libfabric"
 _COLL_CHANNELS = re.compile(r"(\d+) coll channels")
 _ENV = re.compile(r"(NCCL_\w+) set by environment to (.+?)\.?$")
 
