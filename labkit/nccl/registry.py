@@ -1,6 +1,6 @@
 """The variables the checker knows: one ``Variable`` per name, as data, each with its doc link.
 
-Sources: NCCL's env page (= NVIDIA/nccl ``docs/userguide/source/env.rst``; its "Debugging"
+Sources: NCCL's env page (https://github.com/NVIDIA/nccl/blob/master/docs/userguide/source/env.rst; its "Debugging"
 section is what ``debug_only`` marks), PyTorch's ``ProcessGroupNCCL.hpp`` and
 torch_nccl_environment_variables page, ``torch/distributed/run.py`` (torchrun reads ``PET_<OPTION>``
 for each of its options, ``torch/distributed/argparse_util.py``).
@@ -72,8 +72,8 @@ _VARIABLES = [
           "GID index used in RoCE mode"),
     _nccl("NCCL_NET", "str", "IB, Socket or a plugin's name (case-insensitive)", "auto",
           "force one network module instead of falling back"),
-    _nccl("NCCL_DEBUG", "enum", "VERSION, WARN, INFO, TRACE (ATTN since 2.32)", "unset (none)",
-          "how much NCCL logs", choices=("VERSION", "WARN", "INFO", "TRACE", "ATTN", "ABORT")),
+    _nccl("NCCL_DEBUG", "enum", "VERSION, WARN, INFO, TRACE (src/debug.cc also reads ABORT)", "unset (none)",
+          "how much NCCL logs", choices=("VERSION", "WARN", "INFO", "TRACE", "ABORT")),
     _nccl("NCCL_DEBUG_SUBSYS", "subsys-list", "comma list of subsystems; leading '^' excludes",
           "INIT,BOOTSTRAP,ENV", "which subsystems NCCL_DEBUG=INFO prints"),
     _nccl("NCCL_DEBUG_FILE", "path", "file name; %h = hostname, %p = pid", "stdout",

@@ -207,9 +207,6 @@ def _nccl_debug(var: Variable, value: str, env: Mapping[str, str], host: Host) -
                         "NCCL_DEBUG=WARN in production; while debugging, INFO narrowed with "
                         "NCCL_DEBUG_SUBSYS (INIT,NET or COLL) and NCCL_DEBUG_FILE=/path/nccl.%h.%p",
                         Edit("set", "WARN", f"{level} is for bring-up only"))]
-    if level == "ATTN":
-        return [info(var.name, "ATTN exists since NCCL 2.32; older NCCL logs nothing with it",
-                     "NCCL_DEBUG=WARN NCCL_DEBUG_LEVELS=ATTN")]
     if level == "ABORT":
         return [info(var.name, "ABORT is accepted by NCCL's parser but not documented")]
     if level not in var.choices:
