@@ -20,7 +20,6 @@ from labkit.runtime.lazy import lazy_surface
 if TYPE_CHECKING:  # what each name is, for readers and type checkers
     from labkit.rl.agents import (
         ENV_ID,
-        RANDOM_POLICY_RETURN,
         SOLVED_RETURN,
         SOLVED_WINDOW,
         STRAGGLER_SLEEP_S,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         Rollout,
         collect,
         evaluate,
+        random_policy_return,
         seed_everything,
     )
     from labkit.rl.hyper import (
@@ -71,7 +71,7 @@ _HOME = {
     "Progress": "labkit.rl.progress",
     "progress_from_state": "labkit.rl.progress",
     "progress_state": "labkit.rl.progress",
-    "RANDOM_POLICY_RETURN": "labkit.rl.agents",
+    "random_policy_return": "labkit.rl.agents",
     "Rollout": "labkit.rl.agents",
     "seed_everything": "labkit.rl.agents",
     "SOLVED_RETURN": "labkit.rl.agents",

@@ -31,7 +31,6 @@ OBS_DIM = 4
 N_ACTIONS = 2
 SOLVED_RETURN = 400.0
 SOLVED_WINDOW = 20  # episodes in the running mean that decides "solved"
-RANDOM_POLICY_RETURN = 22.0  # about what a uniformly random policy scores on CartPole-v1
 STRAGGLER_SLEEP_S = 0.002
 """A straggler sleeps its delay in pieces at least this long. One step's delay is tens of
 microseconds on a fast machine, about what ``time.sleep`` overshoots by, so sleeping it step
@@ -248,5 +247,21 @@ def evaluate(model: ActorCritic, episodes: int = 5, seed: int = 10_000) -> float
     return total / episodes
 
 
-__all__ = ["ActorCritic", "EnvPool", "Rollout", "collect", "evaluate", "seed_everything",
-           "ENV_ID", "SOLVED_RETURN", "SOLVED_WINDOW", "RANDOM_POLICY_RETURN", "STRAGGLER_SLEEP_S"]
+def random_policy_return(episodes: int = 50, seed: int = 20_000) -> float:
+    """Mean return of ``episodes`` episodes with uniformly random actions: the score learning must beat."""
+    env = gym.make(ENV_ID, disable_env_checker=True)
+    env.action_space.seed(seed)
+    total = 0.0
+    for e in range(episodes):
+        env.reset(seed=seed + e)
+        over = False
+        while not over:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            over = terminated or truncated
+    env.close()
+    return total / episodes
+
+
+__all__ = ["ActorCritic", "EnvPool", "Rollout", "collect", "evaluate", "random_policy_return", "seed_everything",
+           "ENV_ID", "SOLVED_RETURN", "SOLVED_WINDOW", "STRAGGLER_SLEEP_S"]
