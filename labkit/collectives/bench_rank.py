@@ -158,9 +158,11 @@ def probe(op: str, rank: int, n: int, device: str) -> str | None:
 def bench_op(op: str, cfg: dict, rank: int, n: int, device: str) -> list[dict]:
     """nccl-tests' TimeTest for one op: rows per (size, placement)."""
     sizes, iters, corrupt = cfg["sizes"], cfg["iters"], cfg["corrupt_rank"] == rank
-    for size in (sizes[-1], sizes[0]):  # warm-up at the largest, then the smallest size
-        run = prepare(op, placements(op)[0], rank, n, max(1, message_counts(op, size, n)[0]),
-                      TIMED_SEED, device)[0]
+    for size in sizes:  # warm-up at every size first, as nccl-tests' TimeTest does (src/common.cu)
+        count = message_counts(op, size, n)[0]
+        if count == 0:
+            continue
+        run = prepare(op, placements(op)[0], rank, n, count, TIMED_SEED, device)[0]
         for _ in range(cfg["warmup_iters"]):
             run()
         sync(device)
