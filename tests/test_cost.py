@@ -107,6 +107,63 @@ def test_implied_prices_and_the_guides_own_arithmetic():
     assert "56.25%" in checks["Lambda vs AWS"].its_numbers_give
     assert "58 h vs 72 h" in checks["A100 NVLink vs H100 PCIe"].its_numbers_give
     assert "96 h" in checks["3-day cost vs wall time"].its_numbers_give
+    # the "PCIe" row is an NVLink machine by its instance name, and the check says so, with sources
+    assert "an NVLink machine" in checks["A100 NVLink vs H100 PCIe"].its_numbers_give
+    assert any("cloud.google.com" in u for u in checks["A100 NVLink vs H100 PCIe"].sources)
+    assert not checks["Lambda vs AWS"].sources  # arithmetic on the guide's numbers only
+
+
+# ---- the table's instance names, list prices and hardware prices ---------------------------
+
+def test_instance_names_contradict_the_labels(tmp_path):
+    a8, h8, lam, a32 = cost.load_guide_costs()
+    assert cost.instance_fact(lam) == ("", 1, None)  # "Lambda Labs" names no instance
+    assert cost.instance_fact(a32)[:2] == ("p4de.22xlarge", 4)  # its family's one instance:
+    assert cost.instance_fact(a32)[2].name == "p4de.24xlarge"
+    [mem], [pcie], [missing] = map(cost.instance_mismatches, (a8, h8, a32))  # a32: 4 x 8 = 32
+    assert "40 GB, not 80 GB" in mem and "p4de.24xlarge" in mem and "not PCIe" in pcie
+    assert "p4de.22xlarge does not exist" in missing and cost.instance_mismatches(lam) == []
+    check = next(c for c in cost.guide_cost_checks() if c.topic == "instance names vs labels")
+    assert check.sources == (cost.INSTANCE_FACTS[0].source, cost.INSTANCE_FACTS[2].source)
+    path = tmp_path / "costs.csv"  # labels that match their instance are not flagged
+    path.write_text(f"{HEADER}\n8x A100 40GB (NVLink),AWS p4d.24xlarge,1,72,x,guide,2026-03\n"
+                    "16x A100 80GB (cluster),AWS p4de.24xlarge x3,1,72,x,guide,2026-03\n")
+    good, bad_count = cost.load_guide_costs(path)
+    assert cost.instance_mismatches(good) == []
+    assert cost.instance_mismatches(bad_count) == ["3 x p4de.24xlarge is 24 GPUs, not 16"]
+
+
+def test_list_prices_and_the_price_parameter():
+    for p in cost.LIST_PRICES:
+        assert p.source.startswith("https://") and re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", p.as_of)
+        assert p.per_instance_hour == pytest.approx(p.per_gpu_hour * p.gpus)
+        assert cost.list_price(p.key) is p  # keys are unique
+    assert cost.list_price("aws-p4d").per_gpu_hour == pytest.approx(21.957642 / 8)  # $2.7447
+    with pytest.raises(ParameterError, match="no list price"):
+        cost.list_price("aws-p4de.22xlarge")
+    default = cost.choose_price(None)  # the notebook's default: Lambda's listed H100 SXM
+    assert (default.kind, default.usd_per_gpu_hour, default.source) == (
+        "list", 3.99, "https://lambda.ai/pricing")
+    assert cost.choose_price("guide").usd_per_gpu_hour == pytest.approx(8400 / (4 * 72))
+    assert cost.choose_price("aws-p5").usd_per_gpu_hour == pytest.approx(55.04 / 8)
+    assert cost.choose_price(2).usd_per_gpu_hour == 2.0 and cost.choose_price(2).kind == "input"
+    for bad in ("cheap", 0, -1.0, math.nan):
+        with pytest.raises(ParameterError, match="price_per_gpu_hour"):
+            cost.choose_price(bad)
+
+
+def test_the_guides_prices_look_like_instance_hours_billed_per_gpu():
+    by = {c.configuration: c for c in cost.guide_vs_list()}
+    a8 = by["8x A100 80GB (NVLink)"]
+    assert a8.list_key == "aws-p4d" and len(by) == 4
+    assert a8.per_gpu_ratio == pytest.approx((19200 / 576) / (21.957642 / 8))  # about 12x
+    assert a8.vs_instance_rate == pytest.approx((19200 / 576) / 21.957642)  # about 1.5
+    assert all(c.per_gpu_ratio > 5 and 0.5 < c.vs_instance_rate < 2 for c in by.values())
+    assert [r.per_gpu for r in cost.CAPEX_REFERENCES] == [(37_500, 50_000), (30_000, 30_000)]
+    guide_per_gpu = cost.GUIDE_CAPEX_USD / cost.ASSUMED_ONPREM_GPUS  # $17.5K, servers included
+    assert all(ref.per_gpu[0] > guide_per_gpu for ref in cost.CAPEX_REFERENCES)
+    at_list = dataclasses.replace(cost.OnPremAssumptions(), cloud_price_per_gpu_hour=3.99)
+    assert at_list.utilisation_for(14) == pytest.approx(20_000 / (16 * 730 * 3.99))  # 42.9%
 
 
 # ---- the scaling model ---------------------------------------------------------------------

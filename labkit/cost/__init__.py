@@ -4,6 +4,7 @@
 - ``scaling``: alpha-beta all-reduce times and ``ScalingModel`` (where more GPUs stop paying).
 - ``measured``: the model from this run's measurements, and against them.
 - ``money``: run cost, cost per solved run, on-prem break-even from editable assumptions.
+- ``prices``: public list prices and hardware costs, each with its source and date.
 - ``plots`` and ``widgets``: the lesson's figures and the sliders that redraw them.
 
 Each part is usable without the others::
@@ -16,8 +17,9 @@ Each part is usable without the others::
     cost.guide_break_even().months                 # the guide's "$280K, pays off in 14 months"
     cost.plot_scaling(model, 128)                  # a matplotlib Figure; widgets_for(model) for sliders
 
-Every price here is either the guide's (attributed, dated: "our AWS and GCP invoices for March
-2026") or an assumption you are meant to edit. None is a market price we checked.
+Every price here is one of three kinds, and says which: the guide's (attributed, dated: "our AWS
+and GCP invoices for March 2026"), a public list price with its source and date (``LIST_PRICES``,
+``CAPEX_REFERENCES``), or an assumption you are meant to edit.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         GUIDE_COST_COLUMNS,
         GUIDE_COSTS_CSV,
         GUIDE_RUN_HOURS,
+        INSTANCE_FACTS,
         GuideCheck,
         GuideCost,
+        InstanceFact,
         guide_cost_checks,
+        instance_fact,
+        instance_mismatches,
         load_guide_costs,
     )
     from labkit.cost.measured import (
@@ -76,6 +82,19 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         plot_guide_costs,
         plot_scaling,
     )
+    from labkit.cost.prices import (
+        CAPEX_REFERENCES,
+        DEFAULT_LIST_PRICE,
+        GUIDE_ROW_LIST_PRICE,
+        LIST_PRICES,
+        CapexReference,
+        ListPrice,
+        PriceChoice,
+        PriceComparison,
+        choose_price,
+        guide_vs_list,
+        list_price,
+    )
     from labkit.cost.scaling import (
         ALGORITHMS,
         ScalingModel,
@@ -94,6 +113,21 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
 # name -> the module that defines it: a name is imported when first used,
 # so importing one module of the folder (a rank script, a child process) imports no other
 _HOME = {
+    "CAPEX_REFERENCES": "labkit.cost.prices",
+    "CapexReference": "labkit.cost.prices",
+    "choose_price": "labkit.cost.prices",
+    "DEFAULT_LIST_PRICE": "labkit.cost.prices",
+    "GUIDE_ROW_LIST_PRICE": "labkit.cost.prices",
+    "guide_vs_list": "labkit.cost.prices",
+    "INSTANCE_FACTS": "labkit.cost.guide_table",
+    "instance_fact": "labkit.cost.guide_table",
+    "instance_mismatches": "labkit.cost.guide_table",
+    "InstanceFact": "labkit.cost.guide_table",
+    "list_price": "labkit.cost.prices",
+    "LIST_PRICES": "labkit.cost.prices",
+    "ListPrice": "labkit.cost.prices",
+    "PriceChoice": "labkit.cost.prices",
+    "PriceComparison": "labkit.cost.prices",
     "ALGORITHMS": "labkit.cost.scaling",
     "allreduce_hops": "labkit.cost.scaling",
     "allreduce_time": "labkit.cost.scaling",

@@ -2,7 +2,8 @@
 
 ``load_guide_costs()`` reads ``data/guide_costs.csv`` (the guide's figures, as the guide gives them:
 "our AWS and GCP invoices for March 2026"); ``guide_cost_checks(rows)`` recomputes what the table
-implies (3-day cost vs wall time, $/GPU-hour, the guide's "22%" claim) from its own rows.
+implies (3-day cost vs wall time, $/GPU-hour, the guide's "22%" claim) from its own rows, and
+sets its instance names against what the providers say those instances are (``INSTANCE_FACTS``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labkit.errors import ParameterError
-
-if TYPE_CHECKING:
-
-    pass
 
 GUIDE_COSTS_CSV = Path(__file__).resolve().parents[2] / "data" / "guide_costs.csv"
 
@@ -121,17 +118,93 @@ def load_guide_costs(path: str | Path = GUIDE_COSTS_CSV) -> list[GuideCost]:
 
 
 @dataclass(frozen=True)
+class InstanceFact:
+    """What a cloud instance type is, from its provider's own page."""
+
+    name: str  # e.g. "p4d.24xlarge"
+    provider: str
+    gpus: int
+    gpu: str  # e.g. "A100"
+    gpu_memory_gb: int
+    form: str  # "SXM" or "PCIe"
+    interconnect: str  # between the instance's GPUs
+    source: str
+
+
+AWS_P4_PAGE = "https://aws.amazon.com/ec2/instance-types/p4/"
+GCP_A3_PAGE = "https://cloud.google.com/compute/docs/accelerator-optimized-machines#a3-vms"
+
+# AWS's P4 page: p4d.24xlarge has 8 A100 40 GB, p4de.24xlarge 8 A100 80 GB, both with a 600 GB/s
+# NVSwitch GPU interconnect; there is no other P4 size. GCP's page: A3 High machine types have
+# NVIDIA H100 80GB SXM GPUs linked by NVLink/NVSwitch, a3-highgpu-8g eight of them.
+INSTANCE_FACTS: tuple[InstanceFact, ...] = (
+    InstanceFact("p4d.24xlarge", "AWS", 8, "A100", 40, "SXM", "NVLink/NVSwitch", AWS_P4_PAGE),
+    InstanceFact("p4de.24xlarge", "AWS", 8, "A100", 80, "SXM", "NVLink/NVSwitch", AWS_P4_PAGE),
+    InstanceFact("a3-highgpu-8g", "GCP", 8, "H100", 80, "SXM", "NVLink/NVSwitch", GCP_A3_PAGE),
+)
+
+_INSTANCE_RE = re.compile(r"\b([a-z][a-z0-9]*(?:\.\d*x?large|-[a-z0-9-]+))(?:\s+x(\d+))?")
+
+
+def _family(name: str) -> str:
+    return name.split(".")[0]
+
+
+def instance_fact(row: GuideCost) -> tuple[str, int, InstanceFact | None]:
+    """The instance name in a row's provider (``"AWS p4de.22xlarge x4"`` -> ``p4de.22xlarge``),
+    how many of it, and the ``INSTANCE_FACTS`` entry it names; a name that does not exist gets
+    its family's one instance. ("", 1, None) when the row names no instance."""
+    found = _INSTANCE_RE.search(row.cloud_provider)
+    if not found:
+        return "", 1, None
+    name, count = found.group(1), int(found.group(2) or 1)
+    exact = [f for f in INSTANCE_FACTS if f.name == name]
+    family = [f for f in INSTANCE_FACTS if _family(f.name) == _family(name)]
+    fact = exact[0] if exact else family[0] if len(family) == 1 else None
+    return name, count, fact
+
+
+def instance_mismatches(row: GuideCost) -> list[str]:
+    """Where the row's instance name contradicts its own GPU and interconnect labels."""
+    name, count, fact = instance_fact(row)
+    if fact is None:
+        return []
+    out = []
+    if fact.name != name:
+        out.append(f"{name} does not exist on {fact.provider} (the {_family(name)} family's one "
+                   f"instance is {fact.name}, {fact.gpus}x {fact.gpu} {fact.form} "
+                   f"{fact.gpu_memory_gb} GB)")
+    if fact.gpu not in row.gpu:
+        out.append(f"{fact.name} has {fact.gpu} GPUs, not {row.gpu}")
+    label_gb = re.search(r"(\d+)\s*GB", row.gpu)
+    if label_gb and int(label_gb.group(1)) != fact.gpu_memory_gb:
+        other = [f.name for f in INSTANCE_FACTS if f.gpu == fact.gpu
+                 and f.gpu_memory_gb == int(label_gb.group(1))]
+        out.append(f"{fact.name} has {fact.gpus}x {fact.gpu} {fact.gpu_memory_gb} GB, not "
+                   f"{label_gb.group(1)} GB" + (f" (the {label_gb.group(1)} GB one is {other[0]})"
+                                                 if other else ""))
+    if "pcie" in row.configuration.lower() and fact.form != "PCIe":
+        out.append(f"{fact.name} is {fact.gpu} {fact.form} on {fact.interconnect}, not PCIe")
+    if row.n_gpus != count * fact.gpus:
+        out.append(f"{count} x {fact.name} is {count * fact.gpus} GPUs, not {row.n_gpus}")
+    return out
+
+
+@dataclass(frozen=True)
 class GuideCheck:
-    """One of the guide's statements about its table, next to what its own numbers give."""
+    """One of the guide's statements about its table, next to what its own numbers give
+    (or, with ``sources``, what the providers' pages say)."""
 
     topic: str
     guide_says: str
     its_numbers_give: str
+    sources: tuple[str, ...] = ()
 
 
 def guide_cost_checks(rows: Sequence[GuideCost] | None = None) -> list[GuideCheck]:
-    """Arithmetic on the guide's own table: where its figures and its prose disagree.
-    Only the guide's numbers are used; nothing here is a price we looked up."""
+    """Arithmetic on the guide's own table: where its figures and its prose disagree, and
+    where its instance names contradict its labels (``INSTANCE_FACTS``, with sources). No
+    price here is one we looked up."""
     rows = list(rows) if rows is not None else load_guide_costs()
     by = {r.configuration: r for r in rows}
     checks = []
@@ -148,6 +221,14 @@ def guide_cost_checks(rows: Sequence[GuideCost] | None = None) -> list[GuideChec
                                  f", ${r.price_per_gpu_hour('wall time'):.2f} over "
                                  f"{r.wall_time_hours:g} h")
                   for r in rows)))
+    wrong = {r.configuration: instance_mismatches(r) for r in rows}
+    if any(wrong.values()):
+        checks.append(GuideCheck(
+            "instance names vs labels",
+            "; ".join(f"{r.configuration} on {r.cloud_provider}" for r in rows if wrong[r.configuration]),
+            "the table's own instance names contradict its GPU and interconnect labels: "
+            + "; ".join(m for r in rows for m in wrong[r.configuration]),
+            tuple(sorted({instance_fact(r)[2].source for r in rows if wrong[r.configuration]}))))
     a8, a32 = by.get("8x A100 80GB (NVLink)"), by.get("32x A100 80GB (cluster)")
     if a8 and a32:
         checks.append(GuideCheck(
@@ -170,9 +251,18 @@ def guide_cost_checks(rows: Sequence[GuideCost] | None = None) -> list[GuideChec
             " over each run's wall time"))
     h8 = by.get("8x H100 80GB (PCIe)")
     if a8 and h8:
+        name, _, fact = instance_fact(h8)
+        a8_fact = instance_fact(a8)[2]
+        nvlink = fact is not None and fact.form != "PCIe"
+        both = nvlink and a8_fact is not None and a8_fact.form != "PCIe"
         checks.append(GuideCheck(
             "A100 NVLink vs H100 PCIe", "'A100s with NVLink outperformed H100s on PCIe ... by 22%'",
-            f"in the table the H100 PCIe run finished first: {h8.wall_time_hours:g} h vs "
+            f"in the table the row labelled H100 PCIe finished first: {h8.wall_time_hours:g} h vs "
             f"{a8.wall_time_hours:g} h ({1 - h8.wall_time_hours / a8.wall_time_hours:.0%} less "
-            f"time; the A100 run took {a8.wall_time_hours / h8.wall_time_hours - 1:.0%} longer)"))
+            f"time; the A100 run took {a8.wall_time_hours / h8.wall_time_hours - 1:.0%} longer)"
+            + (f"; and by its instance name ({name}) that row is {fact.gpu} {fact.form} on "
+               f"{fact.interconnect}: an NVLink machine"
+               + (f" like the A100 row's {a8_fact.name}, so the table's two rows cannot show "
+                  "NVLink against PCIe" if both else "") if nvlink else ""),
+            tuple(sorted({f.source for f in (fact, a8_fact) if f is not None})) if nvlink else ()))
     return checks

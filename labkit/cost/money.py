@@ -1,6 +1,7 @@
 """What a run costs, per run and per solved run, and when an on-prem cluster pays for itself.
 
-Every price is either the guide's (attributed, dated) or an assumption you are meant to edit.
+Every price here is either the guide's (attributed, dated) or an assumption you are meant to
+edit; public list prices, with their sources and dates, are in ``labkit.cost.prices``.
 """
 
 from __future__ import annotations

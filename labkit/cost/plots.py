@@ -91,8 +91,8 @@ def plot_cost(model: ScalingModel, max_n: int, steps: float, price_per_gpu_hour:
     ax.legend()
     bx.legend()
     solved = f", success rate {success_rate:.0%}" if success_rate < 1 else ""
-    fig.suptitle(f"{steps:,.0f} steps at ${price_per_gpu_hour:.2f}/GPU-hour (an input, not a "
-                 f"quote), utilisation {utilisation:.0%}{solved}")
+    fig.suptitle(f"{steps:,.0f} steps at ${price_per_gpu_hour:.2f}/GPU-hour (an input), "
+                 f"utilisation {utilisation:.0%}{solved}")
     return fig
 
 

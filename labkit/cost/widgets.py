@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from labkit.cost.money import GUIDE_H100_NVLINK_PRICE, run_cost
+from labkit.cost.money import run_cost
 from labkit.cost.plots import plot_cost, plot_scaling
+from labkit.cost.prices import DEFAULT_LIST_PRICE
 from labkit.cost.scaling import ALGORITHMS, ScalingModel, _check_n
 
 
@@ -72,11 +73,11 @@ def _png(fig: Figure) -> str:
 
 
 def widgets_for(model: ScalingModel, max_n: int = 64, steps: float = 100_000,
-                price_per_gpu_hour: float = GUIDE_H100_NVLINK_PRICE,
+                price_per_gpu_hour: float = DEFAULT_LIST_PRICE.per_gpu_hour,
                 utilisation: float = 1.0) -> ScalingWidgets:
     """Sliders for GPU count, price per GPU-hour, link bandwidth and latency, utilisation and
     a dropdown for the algorithm, redrawing ``plot_scaling`` and ``plot_cost`` live. The
-    default price is the one derived from the guide's Lambda row: an input, not a quote."""
+    default price is ``DEFAULT_LIST_PRICE`` (a dated list price, see ``labkit.cost.prices``)."""
     import ipywidgets as w  # lazily: labkit.cost works (and papermill runs) without a browser
 
     _check_n(max_n)
@@ -89,7 +90,7 @@ def widgets_for(model: ScalingModel, max_n: int = 64, steps: float = 100_000,
         "n_gpus": w.IntSlider(value=min(8, max_n), min=1, max=max_n, description="GPUs",
                               **slider),
         "price_per_gpu_hour": w.FloatSlider(value=price_per_gpu_hour, min=0.25,
-                                            max=max(60.0, price_per_gpu_hour), step=0.25,
+                                            max=max(60.0, price_per_gpu_hour), step=0.01,
                                             description="$ per GPU-hour", **slider),
         "bandwidth_gbps": w.FloatLogSlider(value=bw, base=10, min=-3, max=3, step=0.05,
                                            description="link busbw GB/s", **slider),
