@@ -1,6 +1,6 @@
 """The course runner: executes the notebooks headless through papermill and keeps the results.
 
-The course is ``notebooks/NN_name.ipynb``. Each notebook has one cell tagged ``parameters`` with
+The course is ``notebooks/<NN>_<name>.ipynb``. Each notebook has one cell tagged ``parameters`` with
 workshop-size defaults; ``notebooks/smoke.yml`` holds the small sizes CI runs (``smoke=True``).
 Every run gets its own folder ``runs/<timestamp>/`` (``runs/latest`` points at the newest) with
 the executed notebooks, their HTML exports, ``index.html`` and ``summary.json``. Everything is
