@@ -59,7 +59,7 @@ def test_make_help_lists_every_target():
 def test_notebooks_follow_the_course_conventions():
     notebooks = find_notebooks(NOTEBOOKS)
     numbers = [int(p.name[:2]) for p in notebooks]
-    # Lessons land as their issues do (05 may come before 04), but ids stay unique and ordered.
+    # Lesson numbers are unique and in order, starting at 00.
     assert numbers == sorted(set(numbers)) and numbers[0] == 0, numbers
     for path in notebooks:
         nb = json.loads(path.read_text())
@@ -70,6 +70,10 @@ def test_notebooks_follow_the_course_conventions():
         tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: exactly one cell tagged 'parameters'"
         assert cells.index(tagged[0]) == 1, f"{path.name}: parameters right after the title"
+        ids = [cell.get("id") for cell in cells]
+        assert all(ids) and len(set(ids)) == len(ids), (
+            f"{path.name}: every cell needs a unique id (nbformat 4.5); a cell added by hand has none"
+        )
         for cell in cells:
             if cell["cell_type"] == "code":
                 assert not cell["outputs"] and cell["execution_count"] is None, (
