@@ -1,11 +1,13 @@
-"""Read ``export K=V`` blocks (as pasted from a guide) and write a corrected block back.
+"""Read pasted env blocks into a dict, and write a corrected ``export`` block back.
 
-``parse_env_file`` reads what bash would assign, without expanding anything: ``export K=V``,
-``K=V``, quotes, inline ``# comments``; it skips blank lines, comments, code-fence and language-tag
-lines (a lone ``bash``) and anything that is not an assignment.
+``parse_env_file(text)`` is ``labkit.nccl.paste.parse_env(text).env``: every shape people paste
+(``export``, ``mpirun -x``, ``docker -e``, ``srun --export=``, YAML ``env:`` ...), the last
+assignment winning, values unexpanded; ``parse_env`` also says where each came from and what it
+could not read.
 ``render_exports(env, findings)`` applies each finding's ``Edit``: drops no-ops, renames deprecated
 names, makes HCA/interface names exact, maps legacy levels to names, comments out debug-only lines;
-every changed line says why.
+every changed line says why, and the block reads back through ``parse_env_file`` to the same
+values.
 """
 
 from __future__ import annotations
@@ -15,50 +17,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from labkit.nccl.findings import Finding
-
-_ASSIGNMENT = re.compile(r"(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)")
-_LANGUAGE_TAGS = {"bash", "sh", "shell", "zsh", "console", "text"}
+from labkit.nccl.paste import parse_env
 
 
 def parse_env_file(text: str) -> dict[str, str]:
-    """The variables a shell snippet assigns (last assignment wins), values unexpanded."""
-    env: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", "```")) or line.lower() in _LANGUAGE_TAGS:
-            continue
-        match = _ASSIGNMENT.fullmatch(line)
-        if match:
-            env[match.group(1)] = _shell_word(match.group(2))
-    return env
-
-
-def _shell_word(text: str) -> str:
-    """The first shell word of ``text``: quotes removed, stops at unquoted whitespace (and so
-    before an inline ``# comment``), backslash escapes honored."""
-    word, quote, index = [], "", 0
-    while index < len(text):
-        char = text[index]
-        if quote:
-            if char == quote:
-                quote = ""
-            elif char == "\\" and quote == '"' and index + 1 < len(text) \
-                    and text[index + 1] in '"\\$`':
-                index += 1
-                word.append(text[index])
-            else:
-                word.append(char)
-        elif char in "'\"":
-            quote = char
-        elif char == "\\" and index + 1 < len(text):
-            index += 1
-            word.append(text[index])
-        elif char.isspace() or char == ";":
-            break
-        else:
-            word.append(char)
-        index += 1
-    return "".join(word)
+    """The variables a pasted block sets (last assignment wins), values unexpanded."""
+    return parse_env(text).env
 
 
 def render_exports(env: Mapping[str, str], findings: Sequence[Finding]) -> str:
@@ -92,6 +56,10 @@ def render_exports(env: Mapping[str, str], findings: Sequence[Finding]) -> str:
 def _quote(value: str) -> str:
     if re.fullmatch(r"[\w.,:/=^@%+-]*", value):
         return value
-    if "$" in value and re.fullmatch(r"[\w.,:/=^@%+${} -]*", value):
+    if "$" in value and _EXPANDING.fullmatch(value):
         return f'"{value}"'  # keeps $VAR expanding, as it did in the original
     return shlex.quote(value)
+
+
+# $NAME and ${NAME...} only: a lone "${" in double quotes is a bash syntax error
+_EXPANDING = re.compile(r"(?:[\w.,:/=^@%+ -]|\$[A-Za-z_]\w*|\$\{[A-Za-z_][^{}\"`\\$]*\})*")

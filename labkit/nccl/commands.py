@@ -1,0 +1,251 @@
+"""What shell commands set: the second step in reading a pasted env line.
+
+``read_commands(tokens)`` (tokens from ``shellwords.split_words``) finds what each simple command
+sets: ``export``/``declare -x``/``readonly``/Dockerfile ``ENV``/``%env``, prefix assignments
+(``A=1 B=2 cmd``), ``env``/``sudo`` assignments, ``unset``, csh ``setenv``, and launcher options
+anywhere in the command: ``mpirun -x``/``-genv``, ``docker``/``podman``/``kubectl``
+``-e``/``--env``, ``apptainer --env``, ``srun``/``sbatch --export=``, and the script of
+``bash -c``. ``slurm_export`` splits ``--export`` lists as Slurm's ``_find_quote_token`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")  # a name given alone (mpirun -x NAME): env style only
+ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+_KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "RUN", "nohup",
+             "time", "exec", "command", "builtin"}
+_DECLARES = {"export", "declare", "typeset", "readonly", "local", "ENV", "%env"}
+_MPI = {"mpirun", "mpiexec", "orterun", "oshrun", "prterun", "mpiexec.hydra"}
+_CONTAINERS = {"docker", "podman", "nerdctl", "docker-compose", "kubectl"}
+_APPTAINER = {"apptainer", "singularity"}
+_SLURM = {"srun", "sbatch", "salloc"}
+_SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
+_SUDO_WITH_ARGUMENT = {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}
+
+
+class Found(NamedTuple):
+    """A variable one command sets: ``value`` None when only named (``mpirun -x NAME``: the value
+    comes from elsewhere) or, with shape "unset", removed."""
+
+    name: str
+    value: str | None
+    shape: str
+
+
+def read_commands(tokens: list[Word | str], depth: int = 0) -> tuple[list[Found], list[str]]:
+    """What the simple commands in ``tokens`` set, in order, and notes on what they set oddly."""
+    found: list[Found] = []
+    notes: list[str] = []
+    command: list[Word] = []
+    for token in [*tokens, ";"]:
+        if isinstance(token, Word):
+            command.append(token)
+        elif command:
+            _read_command(command, found, notes, depth)
+            command = []
+    return found, notes
+
+
+def _read_command(words: list[Word], found: list[Found], notes: list[str], depth: int) -> None:
+    """One simple command: its prefix assignments, then what its command word sets."""
+    i = 0
+    while i < len(words) and words[i].raw in _KEYWORDS:
+        i += 1
+    first = i
+    while i < len(words) and RAW_ASSIGNMENT.match(words[i].raw):
+        i += 1
+    shape = "K=V" if i == len(words) else "prefix"
+    for word in words[first:i]:
+        name, _, value = word.value.partition("=")
+        found.append(Found(name.rstrip("+"), value, shape))
+    if i == len(words):
+        return
+    command = words[i].value
+    if command in _DECLARES:
+        _read_declare(command, words[i + 1:], found)
+    elif command == "unset":
+        found += [Found(w.value, None, "unset") for w in words[i + 1:] if NAME.fullmatch(w.value)]
+    elif command == "setenv" and len(words) > i + 1 and NAME.fullmatch(words[i + 1].value):
+        found.append(Found(words[i + 1].value, " ".join(w.value for w in words[i + 2:]),
+                           "setenv"))
+    else:
+        _read_launchers(words[i:], found, notes, depth)
+
+
+def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:
+    """``export``/``declare``/``readonly``/``ENV``/``%env`` arguments: ``NAME=VALUE`` sets,
+    ``NAME`` alone exports the current value (``export``/``declare -x`` only)."""
+    flags = "".join(w.value[1:] for w in args if w.value.startswith(("-", "+")))
+    args = [w for w in args if not w.value.startswith(("-", "+"))]
+    if (command == "export" and set(flags) & set("nfp")) or set(flags) & set("aAfFp"):
+        return  # unexport, functions, arrays, printing: nothing set
+    exports = command == "export" or "x" in flags
+    shape = {"ENV": "Dockerfile ENV", "%env": "%env"}.get(command) or (
+        "export" if command == "export" else "declare -x" if "x" in flags else "declare")
+    if command in ("ENV", "%env") and args and "=" not in args[0].value:
+        found.append(Found(args[0].value, " ".join(w.value for w in args[1:]), shape))
+        return
+    for word in args:
+        match = ASSIGNMENT.fullmatch(word.value)
+        if match:
+            found.append(Found(match.group(1), match.group(2), shape))
+        elif exports and NAME.fullmatch(word.value):
+            found.append(Found(word.value, None, shape))
+
+
+def _read_launchers(words: list[Word], found: list[Found], notes: list[str], depth: int) -> None:
+    """Options of launchers anywhere in the command (``srun ... env A=1 mpirun -x B ...``). A
+    command that starts with an option is the tail of one whose first line was not pasted (or
+    sits in a YAML string): its ``-x`` and ``-e`` are read as mpirun's and docker's."""
+    scope = "fragment" if words[0].value.startswith("-") else ""
+    j = 0
+    while j < len(words):
+        value = words[j].value
+        following = words[j + 1].value if j + 1 < len(words) else None
+        base = value.rsplit("/", 1)[-1]
+        if base in ("env", "sudo"):
+            j = _read_env_words(words, j + 1, base, found)
+            scope = ""
+            continue
+        if base in _MPI | _CONTAINERS | _APPTAINER | _SLURM:
+            scope = base
+        elif base in _SHELLS and j + 2 < len(words) and re.fullmatch(r"-\w*c\w*", following or ""):
+            if depth < 3:
+                inner, inner_notes = read_script(words[j + 2].value, depth + 1)
+                found += inner
+                notes += inner_notes
+            j += 3
+            continue
+        elif scope in _MPI or (scope == "fragment" and value in ("-x", "-genv", "-env")):
+            j += _mpi_option(value, words[j + 1:j + 3], found)
+        elif (scope in _CONTAINERS or scope == "fragment") and (
+                value.startswith(("-e", "--env=")) or value == "--env"):
+            if value in ("-e", "--env"):
+                text, j = following, j + 1
+            else:  # --env=A=1, -eA=1, -e=A=1
+                text = value[6:] if value.startswith("--env=") else value[2:].removeprefix("=")
+            if text is not None:
+                _name_or_assignment(text, "docker -e", found)
+        elif scope in _APPTAINER and (value == "--env" or value.startswith("--env=")):
+            text = following if value == "--env" else value[6:]
+            j += value == "--env"
+            for part in split_list(text or ""):
+                _name_or_assignment(part, "apptainer --env", found, named=False)
+        elif scope in _SLURM and (value == "--export" or value.startswith("--export=")):
+            text = following if value == "--export" else value[9:]
+            j += value == "--export"
+            notes += slurm_export(text or "", found)
+        j += 1
+
+
+def _mpi_option(option: str, after: list[Word], found: list[Found]) -> int:
+    """How many words after ``option`` it takes: ``-x NAME[=VALUE]``, ``-genv NAME VALUE``."""
+    if option == "-x" and after:
+        _name_or_assignment(after[0].value, "mpirun -x", found)
+        return 1
+    if option in ("-genv", "-env") and after:
+        if "=" in after[0].value:
+            _name_or_assignment(after[0].value, "mpirun -genv", found)
+            return 1
+        if len(after) == 2 and NAME.fullmatch(after[0].value):
+            found.append(Found(after[0].value, after[1].value, "mpirun -genv"))
+            return 2
+    if option == "-genvlist" and after:
+        for part in after[0].value.split(","):
+            _name_or_assignment(part, "mpirun -genvlist", found)
+        return 1
+    return 0
+
+
+def _read_env_words(words: list[Word], j: int, command: str, found: list[Found]) -> int:
+    """``env``/``sudo`` options and ``NAME=VALUE`` words; the index of the command they run."""
+    while j < len(words):
+        value = words[j].value
+        if RAW_ASSIGNMENT.match(words[j].raw):
+            name, _, rest = value.partition("=")
+            found.append(Found(name, rest, command))
+        elif command == "env" and value in ("-u", "--unset") and j + 1 < len(words):
+            found.append(Found(words[j + 1].value, None, "unset"))
+            j += 1
+        elif value in _SUDO_WITH_ARGUMENT or (command == "env" and value in ("-C", "-S")):
+            j += 1
+        elif not value.startswith("-"):
+            break
+        j += 1
+    return j
+
+
+def _name_or_assignment(text: str, shape: str, found: list[Found], named: bool = True) -> None:
+    """``NAME=VALUE`` sets, an env-style ``NAME`` alone passes the caller's value on."""
+    match = ASSIGNMENT.fullmatch(text)
+    if match:
+        found.append(Found(match.group(1), match.group(2), shape))
+    elif named and ENV_NAME.fullmatch(text):
+        found.append(Found(text, None, shape))
+
+
+def split_list(text: str) -> list[str]:
+    """Split a comma list as Slurm's ``_find_quote_token`` does (sbatch/srun ``--export``): a
+    comma inside quotes does not split, and quotes are removed only around a whole part."""
+    parts, current, quote = [], [], ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == ",":
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [_unquote(part.strip()) for part in parts]
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def slurm_export(text: str, found: list[Found]) -> list[str]:
+    """``--export=ALL,A=1,B``: ``A`` set, ``B`` passed on from the submitting shell."""
+    notes = []
+    for part in split_list(text):
+        if part.upper() in ("", "ALL", "NONE", "NIL"):
+            continue
+        match = ASSIGNMENT.fullmatch(part)
+        if match:
+            found.append(Found(match.group(1), match.group(2), "srun --export"))
+        elif ENV_NAME.fullmatch(part):
+            found.append(Found(part, None, "srun --export"))
+        else:
+            notes.append(f"--export: Slurm splits at every comma, so it reads {part!r} as the "
+                         "name of a variable to pass on, not as part of the value before it; "
+                         "export the variable in the shell and pass only its name "
+                         "(--export=ALL,NAME)")
+    return notes
+
+
+def read_script(text: str, depth: int = 0) -> tuple[list[Found], list[str]]:
+    """What a whole script (``bash -c``'s argument) sets; unreadable lines are skipped."""
+    found: list[Found] = []
+    notes: list[str] = []
+    i = 0
+    while i < len(text):
+        result = split_words(text, i, len(text))
+        if result is None:
+            newline = text.find("\n", i)
+            i = len(text) if newline < 0 else newline + 1
+            continue
+        tokens, i = result
+        more, more_notes = read_commands(tokens, depth)
+        found += more
+        notes += more_notes
+    return found, notes

@@ -1,0 +1,372 @@
+"""Every shape in which people paste env settings, read into one result with line numbers.
+
+    parsed = parse_env(text)          # or read_env_source("job.sh"): refuses non-text quickly
+    parsed.env                        # {"NCCL_DEBUG": "INFO", ...}: last assignment wins
+    parsed.assignments[0]             # Assignment(name, value, line, shape, raw)
+    parsed.unparsed                   # [(line, text)]: meant to set something, not readable
+
+Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``printenv``), prefix
+``A=1 cmd``, ``env``/``sudo A=1 cmd``, ``unset``, ``mpirun -x A=1 -x B``, ``-genv``,
+``docker run -e``/``--env``, ``kubectl --env``, ``apptainer --env``, ``srun``/``sbatch
+--export=`` (also as ``#SBATCH``), ``bash -c '...'``, Dockerfile ``ENV``, ``%env``, csh
+``setenv``, systemd ``Environment=``, YAML ``env:``/``environment:`` (``labkit.nccl.yamlenv``),
+``os.environ[...] = ...``, JSON ``"NCCL_X": "1"`` pairs. Around them: a UTF-8 BOM, CRLF, ``\\``
+continuations, Markdown fences and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``)
+traces, comments. Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
+them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
+"named, value not given": listed in ``named``, not in ``env``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass
+
+from labkit.errors import ParameterError
+from labkit.nccl.commands import ASSIGNMENT, Found, read_commands
+from labkit.nccl.shellwords import RAW_ASSIGNMENT, split_words
+from labkit.nccl.yamlenv import EnvBlock, yaml_scalar
+
+MAX_ENV_BYTES = 1 << 20  # an env block is a few KiB; a bigger file is not one
+MAX_ENV_LINES = 50_000  # a rendered Helm chart of 1 MiB has about 35,000
+_LANGUAGE_TAGS = {"bash", "sh", "shell", "zsh", "console", "text", "yaml", "yml", "env",
+                  "dotenv", "ini", "dockerfile", "json", "python"}
+_PROMPT = re.compile(r"""\s*(?:\+{1,9}\s+                          # set -x trace
+    | (?:\([\w.-]+\)\s*)?(?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?)?\s*[$%]\s+   # $, user@host:~$
+    | (?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?)\s*\#\s+        # root@host:~#, [root@host ~]#
+    | (?:>>>|\.\.\.|>|[-*+])\s+ | In\s\[\d+\]:\s*)            # python, quote, bullet, IPython
+    """, re.VERBOSE)
+_SYSTEMD_SECTION = re.compile(r"^\[(?:Unit|Service|Install)\]\s*$", re.MULTILINE)
+_SYSTEMD_KEY = re.compile(r"[A-Z][A-Za-z]*=")
+_WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL)"
+            r"_[A-Z0-9_]*[A-Z0-9]|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE")
+_MENTION = re.compile(rf"(?<![\w${{%])(?:{_WATCHED})(?!\w)"
+                      r"|(?:^|(?<=[\s;&|(]))[\"']?([A-Z_][A-Z0-9_]*)(?==)")
+_READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']""")
+_YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
+_PY_SET = re.compile(r"""os\.environ\[\s*(["'])(\w+)\1\s*\]\s*=\s*(["'])(.*?)\3""")
+_PY_DEFAULT = re.compile(
+    r"""os\.(?:environ\.setdefault|putenv)\(\s*(["'])(\w+)\1\s*,\s*(["'])(.*?)\3\s*\)""")
+_JSON_PAIR = re.compile(
+    r"""(["'])([A-Z][A-Z0-9]*_[A-Z0-9_]*)\1\s*:\s*("(?:[^"\\]|\\.)*"|'[^']*'|-?[\w.]+)""")
+_SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]*)")
+_NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
+                     r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
+_MAX_SPAN = 20  # physical lines one quoted value may span
+_SHOWN = 20  # unparsed lines (and notes) a report lists; a pasted log can have hundreds
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One variable set (or named, or unset) by one line: ``value`` is ``None`` when the line only
+    names it (the value comes from elsewhere) or, with shape "unset", removes it."""
+
+    name: str
+    value: str | None
+    line: int
+    shape: str  # "export", "mpirun -x", "docker -e", "yaml env", ...
+    raw: str
+
+
+@dataclass(frozen=True)
+class ParsedEnv:
+    """What a pasted block sets: ``env`` (last assignment wins), every ``assignment`` in order,
+    ``named`` (passed on, value not given here), ``unparsed`` lines that look like settings but
+    could not be read, and ``notes`` on settings that do not do what they seem to."""
+
+    env: dict[str, str]
+    assignments: list[Assignment]
+    named: list[str]
+    unparsed: list[tuple[int, str]]
+    notes: list[tuple[int, str]]
+
+    @property
+    def count(self) -> int:
+        """How many variables the block sets or passes on."""
+        return len(self.env) + len(self.named)
+
+    def describe(self, source: str) -> list[str]:
+        """Lines for a report: how many variables were read, which were only named, what could
+        not be parsed."""
+        shapes = Counter(a.shape for a in self.assignments if a.shape != "unset")
+        plural = "" if self.count == 1 else "s"
+        lines = [f"read {self.count} variable{plural} from {source}"
+                 + (f" ({', '.join(f'{s} {n}' for s, n in shapes.items())})" if shapes else "")]
+        if self.named:
+            lines.append(f"named, value not given (not checked): {', '.join(self.named)}")
+        lines += [f"line {n}: could not parse: {_shorten(text)}"
+                  for n, text in self.unparsed[:_SHOWN]]
+        lines += [f"line {n}: {note}" for n, note in self.notes[:_SHOWN]]
+        hidden = max(0, len(self.unparsed) - _SHOWN) + max(0, len(self.notes) - _SHOWN)
+        return lines + ([f"... and {hidden} more lines like these"] if hidden else [])
+
+
+def parse_env(text: str) -> ParsedEnv:
+    """Read every variable a pasted block sets, whatever its shape (see the module docstring)."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    reader = _Reader(text)
+    reader.run()
+    return reader.result()
+
+
+def _shorten(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+class _Reader:
+    """One pass over the lines: YAML blocks, other one-line shapes, then shell."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = text.split("\n")
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line) + 1)
+        self.systemd = _SYSTEMD_SECTION.search(text) is not None
+        self.assignments: list[Assignment] = []
+        self.unparsed: list[tuple[int, str]] = []
+        self.notes: list[tuple[int, str]] = []
+
+    def run(self) -> None:
+        block: EnvBlock | None = None
+        i = 0
+        while i < len(self.lines):
+            line = self.lines[i]
+            if block is not None:
+                consumed = block.feed(line, i + 1)
+                self._drain(block)
+                if consumed:
+                    i += 1
+                    continue
+                block = None
+            block = EnvBlock.start(line, i + 1) if ":" in line and (
+                "nv" in line or "variables" in line or "name" in line) else None
+            if block is not None:
+                self._drain(block)
+                i += 1
+                continue
+            i = self._line(i)
+        if block is not None:
+            block.close()
+            self._drain(block)
+
+    def _drain(self, block: EnvBlock) -> None:
+        for number, found, raw in block.found:
+            self._add(number, raw, [found])
+        self.unparsed += [(n, self.lines[n - 1].strip()) for n in block.unparsed]
+        block.found.clear()
+        block.unparsed.clear()
+
+    def _add(self, number: int, raw: str, found: list[Found]) -> None:
+        self.assignments += [Assignment(f.name, f.value, number, f.shape, raw) for f in found]
+
+    def _line(self, i: int) -> int:
+        """Read the line at ``i`` (and the lines it continues onto); the next line to read."""
+        line = self.lines[i]
+        stripped = line.strip()
+        number = i + 1
+        if not stripped or stripped.startswith(("```", "~~~")) or \
+                stripped.lower() in _LANGUAGE_TAGS:
+            return i + 1
+        if stripped.startswith("#"):
+            if stripped.startswith("#SBATCH"):  # sbatch reads these options
+                self._shell_text(number, stripped, "sbatch " + stripped[7:])
+            return i + 1
+        if stripped.startswith("Environment="):
+            self._shell_text(number, stripped, stripped[12:], "systemd Environment=")
+            return i + 1
+        if self.systemd and _SYSTEMD_KEY.match(stripped):
+            return i + 1  # ExecStart= and the like: unit settings, not variables
+        simple = _SIMPLE.fullmatch(stripped)
+        if simple:  # the common case, read without the tokenizer: 1 MiB of these stays fast
+            shape = "export" if simple.group(1) else "K=V"
+            self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape)])
+            return i + 1
+        found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
+            else []
+        top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
+        if top and not found:
+            value = yaml_scalar(top.group(3))
+            found = [Found(top.group(2), value, "yaml env")] if value is not None else []
+        if found:
+            self._add(number, stripped, found)
+            return i + 1
+        if "=" not in line and not line.endswith("\\") and not _NAMING.search(line):
+            self._check_read(i, stripped, [])  # prose, or commands that set nothing
+            return i + 1
+        return self._shell(i)
+
+    def _code_pairs(self, line: str) -> list[Found]:
+        """``os.environ["A"] = "1"``, ``os.environ.setdefault(...)``, ``"NCCL_X": "1"`` pairs."""
+        found = [Found(m.group(2), m.group(4), "python os.environ")
+                 for pattern in (_PY_SET, _PY_DEFAULT) for m in pattern.finditer(line)]
+        if found:
+            return found
+        for match in _JSON_PAIR.finditer(line):
+            value = match.group(3)
+            if value.startswith('"'):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    value = value[1:-1]
+            elif value.startswith("'"):
+                value = value[1:-1]
+            found.append(Found(match.group(2), value, "json"))
+        return found
+
+    def _shell_text(self, number: int, raw: str, text: str, shape: str = "") -> None:
+        """A one-line shell text that is not the file's own line (``#SBATCH``, systemd)."""
+        result = split_words(text, 0, len(text))
+        if result is None:
+            self.unparsed.append((number, raw))
+            return
+        if shape:  # systemd: every word is an assignment, quotes as in shell
+            found = [Found(m.group(1), m.group(2), shape) for w in result[0]
+                     if not isinstance(w, str) and (m := ASSIGNMENT.fullmatch(w.value))]
+            notes: list[str] = []
+        else:
+            found, notes = read_commands(result[0])
+        self._add(number, raw, found)
+        self.notes += [(number, note) for note in notes]
+
+    def _shell(self, i: int) -> int:
+        line = self.lines[i]
+        prompt = _PROMPT.match(line)
+        start = self.starts[i] + (prompt.end() if prompt else 0)
+        last = i
+        while last + 1 < len(self.lines) and last - i < 50 and \
+                (len(self.lines[last]) - len(self.lines[last].rstrip("\\"))) % 2:
+            last += 1
+        end = self.starts[last] + len(self.lines[last])
+        content = self.text[start:end].strip()
+        if len(content) > 2 and content[0] == content[-1] == "`" and "`" not in content[1:-1]:
+            start, end = self.text.index("`", start) + 1, self.text.rindex("`", start, end)
+        open_at: list[int] = []
+        result = split_words(self.text, start, end, open_at)
+        if result is None and open_at and RAW_ASSIGNMENT.match(self.text, open_at[0]):
+            # the open quote is in a value (export A='two\nlines'): let it span lines
+            far = min(len(self.lines) - 1, last + _MAX_SPAN)
+            result = split_words(self.text, start, self.starts[far] + len(self.lines[far]))
+        if result is None:
+            self._check_read(i, self.lines[i], [])
+            return i + 1
+        tokens, stop = result
+        found, notes = read_commands(tokens)
+        raw = self.text[self.starts[i]:stop].strip()
+        self._add(i + 1, raw, found)
+        self.notes += [(i + 1, note) for note in notes]
+        self._check_read(i, raw, found)
+        return max(i + 1, bisect_right(self.starts, stop - 1))
+
+    def _check_read(self, i: int, span: str, found: list[Found]) -> None:
+        """Report the line as unparsed when it mentions a setting that nothing read (a mention
+        inside a value that was read, as in ``A="$(grep NCCL_X f)"``, does not count)."""
+        read = {f.name for f in found}
+        if "env" in span:
+            span = _READ_IN_CODE.sub("", span)
+        missing = {m.group(1) or m.group() for m in _MENTION.finditer(span)} - read
+        if any(not any(name in (f.value or "") for f in found) for name in missing):
+            self.unparsed.append((i + 1, self.lines[i].strip()))
+
+    def result(self) -> ParsedEnv:
+        env: dict[str, str] = {}
+        named: dict[str, None] = {}
+        values: dict[str, list[Assignment]] = {}
+        for a in self.assignments:
+            if a.shape == "unset":
+                env.pop(a.name, None)
+                named.pop(a.name, None)
+            elif a.value is None:
+                if a.name not in env:
+                    named[a.name] = None
+            else:
+                env[a.name] = a.value
+                named.pop(a.name, None)
+                values.setdefault(a.name, []).append(a)
+        notes = list(self.notes)
+        for name, sets in values.items():
+            if len({a.value for a in sets}) > 1:
+                earlier = ", ".join(f"{a.value!r} on line {a.line}" for a in sets[-4:-1])
+                earlier += f" and {len(sets) - 4} more" if len(sets) > 4 else ""
+                notes.append((sets[-1].line, f"{name} is set more than once ({earlier}); the "
+                              f"last one, {sets[-1].value!r}, is the one that counts"))
+        return ParsedEnv(env, self.assignments, list(named), self.unparsed,
+                         sorted(notes, key=lambda n: n[0]))
+
+
+def read_env_source(path: str | os.PathLike[str], label: str = "env file") -> ParsedEnv:
+    """Parse the env block in ``path``, refusing at once, in one line, what is not one: a FIFO,
+    socket, device or directory (never opened, so nothing blocks), a file over 1 MiB or 50,000
+    lines, binary data, and text that is not UTF-8 (UTF-16 with a BOM, as PowerShell writes, is
+    read)."""
+    name = os.fspath(path)
+    prefix = f"cannot read {label} {name}"
+    try:
+        info = os.stat(name)
+    except OSError as exc:
+        raise ParameterError(f"{prefix}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ParameterError(f"{prefix}: it is a directory; pass the env file in it")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a socket" \
+            if stat.S_ISSOCK(info.st_mode) else "a device or other special file"
+        raise ParameterError(f"{prefix}: it is {kind}, not a regular file; save the env block "
+                             "to a file and pass that")
+    if info.st_size > MAX_ENV_BYTES:
+        raise ParameterError(_too_big(prefix, f"{info.st_size / (1 << 20):.1f} MiB"))
+    try:  # O_NONBLOCK: should the file have become a FIFO meanwhile, open does not wait
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise ParameterError(f"{prefix}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ParameterError(f"{prefix}: it changed into a special file while being opened")
+        chunks, size = [], 0
+        while size <= MAX_ENV_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ParameterError(f"{prefix}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_ENV_BYTES:
+        raise ParameterError(_too_big(prefix, "over 1 MiB"))
+    text = decode_env_bytes(b"".join(chunks), prefix, name)
+    lines = text.count("\n") + (not text.endswith("\n"))
+    if lines > MAX_ENV_LINES:  # a megabyte of one-character lines would take seconds to read
+        raise ParameterError(f"{prefix}: it has {lines:,} lines, and labkit reads at most "
+                             f"{MAX_ENV_LINES:,}: an env block is a few dozen")
+    return parse_env(text)
+
+
+def _too_big(prefix: str, size: str) -> str:
+    return (f"{prefix}: it is {size}, and labkit reads at most {MAX_ENV_BYTES >> 20} MiB: an env "
+            "block is a few KiB, so this is not one (pass the block, not a log or an archive)")
+
+
+def decode_env_bytes(data: bytes, prefix: str, name: str) -> str:
+    """The text of an env file: UTF-8 (BOM stripped), or UTF-16 with its BOM; binary data and
+    other encodings are refused with where the first bad byte is. Latin-1 is not guessed: it
+    decodes anything, so a wrong guess would hand the checker silently altered values."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            pass
+    if b"\0" in data:
+        offset = data.index(b"\0")
+        raise ParameterError(f"{prefix}: it is binary (a NUL byte at offset {offset}), not a "
+                             "text env block")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ParameterError(
+            f"{prefix}: it is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}, line {line}); convert it first, e.g. iconv -f LATIN1 -t UTF-8 "
+            f"{name} > env.utf8.sh") from None

@@ -1,0 +1,238 @@
+"""Shell words as bash reads them, nothing expanded: the first step in reading a pasted env line.
+
+``split_words(text, start, end)`` splits one logical line into words (quotes removed as bash
+removes them; ``$VAR``, ``${VAR}``, ``$(cmd)`` and backquotes kept as written, because the value a
+user pasted is what the checker must see) and operators (``;``, ``&&``, ``|``, ``(`` ...),
+dropping comments and redirections; ``labkit.nccl.commands`` reads what the commands set. A
+pasted line is often prose, not shell, so nothing here raises: an unterminated quote returns
+``None`` and the caller decides.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+RAW_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")  # bash: the name must be unquoted
+_PLAIN = re.compile(r"[^\s'\"\\$`;&|()<>]+")
+_DQ_PLAIN = re.compile(r"[^\"\\$`]+")
+_VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
+_OPERATOR = re.compile(r"&&|\|\||;;|[;&|()]")
+_REDIRECT = re.compile(r"(?:&>>?|>>|>&|<&|>\||<<<|<<-?|<>|>|<)(\d+-?|-)?")
+_ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a"}
+
+
+class Word(NamedTuple):
+    """One shell word: ``value`` after quote removal (expansions kept as written), ``raw`` as
+    written (an assignment needs its name unquoted there). A tuple: a 1 MiB paste makes many."""
+
+    value: str
+    raw: str
+
+
+def split_words(text: str, start: int, end: int,
+                open_at: list[int] | None = None) -> tuple[list[Word | str], int] | None:
+    """Words and operators of the logical line at ``text[start:end]`` and where it stops (after
+    its newline); ``None`` when a quote or ``$(`` is still open at ``end`` (then ``open_at``, if
+    given, gets where the word with the open quote starts)."""
+    tokens: list[Word | str] = []
+    value: list[str] = []
+    word_start = -1
+    drop_next = False
+    i = start
+
+    def finish(at: int) -> None:
+        nonlocal word_start, drop_next
+        if word_start >= 0:
+            if drop_next:
+                drop_next = False
+            else:
+                tokens.append(Word("".join(value), text[word_start:at]))
+        value.clear()
+        word_start = -1
+
+    while i < end:
+        char = text[i]
+        if char == "\n":
+            finish(i)
+            return tokens, i + 1
+        if char in " \t\f\v":
+            finish(i)
+            i += 1
+            continue
+        if char == "#" and word_start < 0:
+            newline = text.find("\n", i, end)
+            i = end if newline < 0 else newline
+            continue
+        if char == "\\":
+            if i + 1 < end and text[i + 1] == "\n":  # line continuation: removed, joins the lines
+                i += 2
+                continue
+            if word_start < 0:
+                word_start = i
+            value.append(text[i + 1:i + 2])
+            i += 2
+            continue
+        if char in "<>" and not (char == "<" and text.startswith("<(", i)):
+            if word_start >= 0 and text[word_start:i].isdigit():  # 2>&1: the 2 is a descriptor
+                value.clear()
+                word_start = -1
+            finish(i)
+            match = _REDIRECT.match(text, i)
+            assert match is not None
+            drop_next = match.group(1) is None
+            i = match.end()
+            continue
+        if char == "&" and text.startswith("&>", i):
+            finish(i)
+            drop_next = True
+            i += 3 if text.startswith("&>>", i) else 2
+            continue
+        if char in ";&|()" and not (char == "(" and _opens_array(text, word_start, i)):
+            finish(i)
+            match = _OPERATOR.match(text, i)
+            assert match is not None
+            tokens.append(match.group())
+            i = match.end()
+            continue
+        if word_start < 0:
+            word_start = i
+        step = _quoted_or_expansion(text, i, end, value)
+        if step is None:
+            return _unterminated(open_at, word_start)
+        if step > i:
+            i = step
+            continue
+        match = _PLAIN.match(text, i)
+        if match is None:  # a lone ( of an array, or < of <(...)
+            close = _closing(text, i + (text[i] == "<"), end)
+            if close is None:
+                return _unterminated(open_at, word_start)
+            value.append(text[i:close])
+            i = close
+            continue
+        value.append(match.group())
+        i = match.end()
+    finish(end)
+    return tokens, end
+
+
+def _unterminated(open_at: list[int] | None, word_start: int) -> None:
+    if open_at is not None:
+        open_at.append(word_start)
+
+
+def _opens_array(text: str, word_start: int, at: int) -> bool:
+    """Whether the ``(`` at ``at`` opens an array value (``A=(1 2)``) rather than a subshell."""
+    return word_start >= 0 and RAW_ASSIGNMENT.fullmatch(text[word_start:at]) is not None
+
+
+def _quoted_or_expansion(text: str, i: int, end: int, value: list[str]) -> int | None:
+    """Read a quoted part or expansion at ``i`` into ``value``; the index after it, ``i`` when
+    there is none there, ``None`` when it does not close before ``end``."""
+    char = text[i]
+    if char == "'":
+        close = text.find("'", i + 1, end)
+        if close < 0:
+            return None
+        value.append(text[i + 1:close])
+        return close + 1
+    if char == '"':
+        return _double_quoted(text, i + 1, end, value)
+    if char == "`":
+        close = _backquote_end(text, i, end)
+        if close is not None:
+            value.append(text[i:close])
+        return close
+    if char != "$":
+        return i
+    if text.startswith("$'", i):
+        return _ansi_c(text, i + 2, end, value)
+    if text.startswith(("$(", "${"), i):
+        close = _closing(text, i + 1, end)
+        if close is not None:
+            value.append(text[i:close])
+        return close
+    match = _VARIABLE.match(text, i)
+    value.append(match.group() if match else "$")
+    return match.end() if match else i + 1
+
+
+def _double_quoted(text: str, i: int, end: int, value: list[str]) -> int | None:
+    """Inside ``"..."``: backslash escapes only ``"\\$`` and newline; expansions kept."""
+    while i < end:
+        char = text[i]
+        if char == '"':
+            return i + 1
+        if char == "\\" and i + 1 < end:
+            following = text[i + 1]
+            if following != "\n":
+                value.append(following if following in '"\\$`' else "\\" + following)
+            i += 2
+        elif char in "$`":
+            step = _quoted_or_expansion(text, i, end, value)
+            if step is None:
+                return None
+            i = step
+        else:
+            match = _DQ_PLAIN.match(text, i)
+            piece = match.group() if match else char
+            value.append(piece)
+            i += len(piece)
+    return None
+
+
+def _ansi_c(text: str, i: int, end: int, value: list[str]) -> int | None:
+    """Inside ``$'...'``: the common backslash escapes decoded, others kept."""
+    while i < end:
+        char = text[i]
+        if char == "'":
+            return i + 1
+        if char == "\\" and i + 1 < end:
+            value.append(_ANSI_C.get(text[i + 1], "\\" + text[i + 1]))
+            i += 2
+        else:
+            value.append(char)
+            i += 1
+    return None
+
+
+def _backquote_end(text: str, i: int, end: int) -> int | None:
+    """The index after the backquote that closes the one at ``i``."""
+    j = i + 1
+    while j < end:
+        if text[j] == "\\":
+            j += 2
+        elif text[j] == "`":
+            return j + 1
+        else:
+            j += 1
+    return None
+
+
+def _closing(text: str, i: int, end: int) -> int | None:
+    """The index after the bracket that closes the ``(`` or ``{`` at ``i``, skipping quotes."""
+    opening = text[i]
+    closing = ")" if opening == "(" else "}"
+    depth = 0
+    while i < end:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char in "'\"":
+            close = text.find(char, i + 1, end)
+            while char == '"' and close > 0 and text[close - 1] == "\\":
+                close = text.find(char, close + 1, end)
+            if close < 0:
+                return None
+            i = close + 1
+            continue
+        if char == opening:
+            depth += 1
+        elif char == closing:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None

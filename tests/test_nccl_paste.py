@@ -1,0 +1,398 @@
+"""labkit.nccl.paste: every shape in which people paste env settings, and files it refuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from labkit.errors import ParameterError
+from labkit.nccl.cli import add_arguments, run
+from labkit.nccl.envfile import parse_env_file, render_exports
+from labkit.nccl.findings import Edit, Finding
+from labkit.nccl.paste import MAX_ENV_BYTES, ParsedEnv, parse_env, read_env_source
+
+
+def shapes(parsed: ParsedEnv) -> dict[str, str]:
+    return {a.name: a.shape for a in parsed.assignments}
+
+
+# --- launchers --------------------------------------------------------------------------------
+
+def test_mpirun_x_sets_and_names_and_leaves_the_program_options_alone():
+    parsed = parse_env(
+        "mpirun --allow-run-as-root -np 16 -H node1:8,node2:8 --bind-to none "
+        "-x NCCL_DEBUG=INFO -x NCCL_SOCKET_IFNAME=eth0 -x LD_LIBRARY_PATH -mca pml ob1 "
+        "./build/all_reduce_perf -b 8 -e 8G -f 2 -g 1")
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"}
+    assert parsed.named == ["LD_LIBRARY_PATH"]
+    assert parsed.count == 3
+    assert set(shapes(parsed).values()) == {"mpirun -x"}
+    assert not parsed.unparsed
+    assert "named, value not given (not checked): LD_LIBRARY_PATH" in parsed.describe("x.sh")
+
+
+def test_mpirun_over_continued_lines_behind_a_prompt():
+    text = ("[root@gpu1 nccl-tests]# mpirun -np 16 -hostfile hosts \\\n"
+            "    -x NCCL_IB_HCA=mlx5_0,mlx5_1 \\\n"
+            "    -x NCCL_NET_GDR_LEVEL=PIX \\\n"
+            "    -genv NCCL_ALGO Ring \\\n"
+            "    ./build/all_reduce_perf -b 8 -e 8G\n"
+            "export NCCL_DEBUG=WARN\n")
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_NET_GDR_LEVEL": "PIX",
+                          "NCCL_ALGO": "Ring", "NCCL_DEBUG": "WARN"}
+    assert [a.line for a in parsed.assignments] == [1, 1, 1, 6]
+    assert parsed.assignments[0].raw.startswith("[root@gpu1 nccl-tests]# mpirun")
+
+
+def test_docker_run_env_flags_and_the_script_it_runs():
+    parsed = parse_env(
+        "docker run --rm --gpus all --ipc=host --network=host -e NCCL_DEBUG=INFO "
+        "--env NCCL_SOCKET_IFNAME=eth0 --env=NCCL_IB_DISABLE=1 -e 'NCCL_IB_HCA=mlx5_0:1' "
+        "-e HOSTNAME --env-file ./env.list -v /data:/data nvcr.io/nvidia/pytorch:24.05-py3 "
+        "bash -c \"export NCCL_P2P_LEVEL=NVL && torchrun --nproc_per_node=8 train.py\"")
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0",
+                          "NCCL_IB_DISABLE": "1", "NCCL_IB_HCA": "mlx5_0:1",
+                          "NCCL_P2P_LEVEL": "NVL"}
+    assert parsed.named == ["HOSTNAME"]
+    assert shapes(parsed)["NCCL_IB_DISABLE"] == "docker -e"
+    assert shapes(parsed)["NCCL_P2P_LEVEL"] == "export"
+
+
+def test_srun_export_list_and_sbatch_directives():
+    text = "\n".join([
+        "#!/bin/bash",
+        "#SBATCH --nodes=2 --gpus-per-node=8",
+        "#SBATCH --export=ALL,NCCL_DEBUG=WARN",
+        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "srun --export=ALL,NCCL_SOCKET_IFNAME=hsn0,FI_PROVIDER=cxi,TORCH_NCCL_BLOCKING_WAIT "
+        "python train.py",
+        "srun --export ALL,NCCL_IB_HCA=mlx5_0,mlx5_1 ./all_reduce_perf",
+    ])
+    parsed = parse_env(text)
+    assert parsed.env == {
+        "NCCL_DEBUG": "WARN",
+        "MASTER_ADDR": '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "NCCL_SOCKET_IFNAME": "hsn0", "FI_PROVIDER": "cxi", "NCCL_IB_HCA": "mlx5_0"}
+    assert parsed.named == ["TORCH_NCCL_BLOCKING_WAIT"]
+    assert shapes(parsed)["FI_PROVIDER"] == "srun --export"
+    (line, note), = parsed.notes  # Slurm cuts NCCL_IB_HCA at the comma
+    assert line == 6 and "'mlx5_1'" in note and "--export=ALL,NAME" in note
+
+
+def test_env_prefix_declare_readonly_unset_and_setenv():
+    text = "\n".join([
+        "env NCCL_DEBUG=INFO TORCH_NCCL_ASYNC_ERROR_HANDLING=1 torchrun --nnodes=2 train.py",
+        "CUDA_VISIBLE_DEVICES=0,1 NCCL_P2P_DISABLE=1 python -m torch.distributed.run x.py",
+        'declare -x NCCL_IB_TIMEOUT="22"', "readonly GLOO_SOCKET_IFNAME=eth0",
+        "sudo -E NCCL_ALGO=Tree ./all_gather_perf", "unset NCCL_DEBUG", "setenv NCCL_PROTO Simple",
+    ])
+    parsed = parse_env(text)
+    assert parsed.env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "CUDA_VISIBLE_DEVICES": "0,1",
+                          "NCCL_P2P_DISABLE": "1", "NCCL_IB_TIMEOUT": "22",
+                          "GLOO_SOCKET_IFNAME": "eth0", "NCCL_ALGO": "Tree",
+                          "NCCL_PROTO": "Simple"}
+    assert [a.shape for a in parsed.assignments] == [
+        "env", "env", "prefix", "prefix", "declare -x", "declare", "sudo", "unset", "setenv"]
+
+
+def test_option_lines_whose_command_line_was_not_pasted():
+    text = ("    -x NCCL_IB_HCA=ibp \\\n    -x NCCL_PROTO=^LL128 \\\n"
+            "    /opt/nccl_tests/build/all_reduce_perf -b 512M -e 8G -f 2 -g 1\n"
+            "    -e NCCL_SOCKET_IFNAME='bond0' \\\n    --env NCCL_NET=Socket \\\n")
+    assert parse_env(text).env == {"NCCL_IB_HCA": "ibp", "NCCL_PROTO": "^LL128",
+                                   "NCCL_SOCKET_IFNAME": "bond0", "NCCL_NET": "Socket"}
+
+
+def test_semicolons_and_several_assignments_per_export():
+    parsed = parse_env("export A=1 B=2; export C=3 && D=4 || E=5 | cat; (export F=6)")
+    assert parsed.env == {"A": "1", "B": "2", "C": "3", "D": "4", "E": "5", "F": "6"}
+
+
+# --- YAML -------------------------------------------------------------------------------------
+
+def test_kubernetes_pod_spec_env_list():
+    text = """apiVersion: v1
+kind: Pod
+spec:
+  containers:
+  - name: trainer
+    image: nvcr.io/nvidia/pytorch:24.05-py3
+    env:
+    - name: NCCL_DEBUG
+      value: "INFO"
+    - name: NCCL_SOCKET_IFNAME
+      value: eth0   # the pod network
+    - name: NCCL_IB_DISABLE
+      value: '1'
+    - name: MASTER_ADDR
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - {name: NCCL_ALGO, value: Ring}
+    resources:
+      limits:
+        nvidia.com/gpu: 8
+"""
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0",
+                          "NCCL_IB_DISABLE": "1", "NCCL_ALGO": "Ring"}
+    assert parsed.named == ["MASTER_ADDR"]  # valueFrom: the value is not in the paste
+    assert {a.line for a in parsed.assignments} == {8, 10, 12, 14, 18}
+    assert set(shapes(parsed).values()) == {"yaml env"}
+    assert not parsed.unparsed
+
+
+def test_env_items_pasted_without_their_key():
+    parsed = parse_env("- name: NCCL_DEBUG\n  value: INFO\n- name: NCCL_NET\n  value: Socket\n")
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_NET": "Socket"}
+
+
+def test_compose_environment_lists_and_maps():
+    text = """services:
+  trainer:
+    image: trainer:latest
+    environment:
+      - NCCL_DEBUG=INFO
+      - "NCCL_IB_DISABLE=1"
+      - HOME
+    volumes:
+      - ./data:/data
+  worker:
+    environment:
+      NCCL_P2P_LEVEL: NVL
+      NCCL_SOCKET_IFNAME:
+      TORCH_NCCL_TRACE_BUFFER_SIZE: 2000
+    env_file: .env
+"""
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "NCCL_P2P_LEVEL": "NVL",
+                          "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    assert parsed.named == ["HOME", "NCCL_SOCKET_IFNAME"]
+
+
+def test_inline_yaml_env_and_top_level_keys():
+    parsed = parse_env('env: {NCCL_DEBUG: INFO, NCCL_ALGO: "Ring"}\n'
+                       "environment: [NCCL_PROTO=Simple, 'NCCL_MIN_NCHANNELS=4']\n"
+                       "NCCL_IB_TIMEOUT: 22\n")
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple",
+                          "NCCL_MIN_NCHANNELS": "4", "NCCL_IB_TIMEOUT": "22"}
+
+
+# --- files as pasted --------------------------------------------------------------------------
+
+def test_dotenv_file():
+    text = "\n".join([
+        "# .env for the trainer", "NCCL_DEBUG=INFO", 'NCCL_DEBUG_FILE="/tmp/nccl.%h.%p"',
+        "NCCL_SOCKET_IFNAME='eth0'  # the fabric", "NCCL_TOPO_FILE=", "export NCCL_IB_GID_INDEX=3",
+    ])
+    assert parse_env_file(text) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": "/tmp/nccl.%h.%p",
+                                    "NCCL_SOCKET_IFNAME": "eth0", "NCCL_TOPO_FILE": "",
+                                    "NCCL_IB_GID_INDEX": "3"}
+
+
+def test_bom_and_crlf_keep_the_first_line_and_the_values_clean():
+    parsed = parse_env("\ufeffexport NCCL_DEBUG=INFO\r\nexport NCCL_IB_HCA=mlx5_0\r\n")
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "mlx5_0"}
+    assert [a.line for a in parsed.assignments] == [1, 2]
+
+
+def test_markdown_prompts_traces_and_comments():
+    text = "\n".join([
+        "Here's the config that worked:", "```bash", "$ export NCCL_DEBUG=INFO",
+        "user@node01:~/nccl-tests$ NCCL_P2P_DISABLE=1 ./build/all_reduce_perf -b 8 -e 8G",
+        "(base) $ export NCCL_ALGO=Ring", "+ export NCCL_PROTO=Simple", "++ NCCL_BUFFSIZE=4194304",
+        "> export NCCL_NTHREADS=256", "- `export NCCL_MIN_NCHANNELS=4`", "  - NCCL_CROSS_NIC=1",
+        "# export NCCL_IB_DISABLE=1", "echo $NCCL_DEBUG", "```",
+    ])
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1", "NCCL_ALGO": "Ring",
+                          "NCCL_PROTO": "Simple", "NCCL_BUFFSIZE": "4194304",
+                          "NCCL_NTHREADS": "256", "NCCL_MIN_NCHANNELS": "4",
+                          "NCCL_CROSS_NIC": "1"}
+    assert not parsed.unparsed  # a comment or a use of $NCCL_DEBUG sets nothing
+
+
+def test_systemd_unit_reads_only_environment_lines():
+    text = ("[Unit]\nDescription=trainer\n[Service]\n"
+            'Environment="NCCL_DEBUG=INFO" "NCCL_DEBUG_SUBSYS=INIT,NET"\n'
+            "Environment=NCCL_SOCKET_IFNAME=eth0\nExecStart=/usr/bin/torchrun train.py\n")
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                          "NCCL_SOCKET_IFNAME": "eth0"}
+    assert set(shapes(parsed).values()) == {"systemd Environment="}
+
+
+def test_python_environ_and_ray_runtime_env():
+    text = "\n".join([
+        "import os", 'os.environ["NCCL_DEBUG"] = "INFO"',
+        "os.environ.setdefault('NCCL_P2P_DISABLE', '1')", 'rank = int(os.environ["RANK"])',
+        'ray.init(runtime_env={"env_vars": {"NCCL_SOCKET_IFNAME": "ens5", "NCCL_IB_TIMEOUT": 22}})',
+    ])
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1",
+                          "NCCL_SOCKET_IFNAME": "ens5", "NCCL_IB_TIMEOUT": "22"}
+    assert not parsed.unparsed  # reading RANK is not setting it
+
+
+def test_values_stay_unexpanded_and_quotes_go():
+    text = "\n".join([
+        "export MASTER_ADDR=$HEAD_NODE", 'export MASTER_PORT="${PORT:-29500}"',
+        "export NCCL_DEBUG_FILE='/tmp/$USER/nccl.%h'", "export NODES=`hostname`",
+        'export A="a\\"b" B=c\\ d C=$\'x\\ty\'', "export D=x#y E='multi",
+        "line'", "export F=last",
+    ])
+    assert parse_env(text).env == {
+        "MASTER_ADDR": "$HEAD_NODE", "MASTER_PORT": "${PORT:-29500}",
+        "NCCL_DEBUG_FILE": "/tmp/$USER/nccl.%h", "NODES": "`hostname`", "A": 'a"b', "B": "c d",
+        "C": "x\ty", "D": "x#y", "E": "multi\nline", "F": "last"}
+
+
+# --- what could not be read, and notes --------------------------------------------------------
+
+def test_unparsed_lines_are_reported_with_their_numbers():
+    text = "\n".join([
+        "export NCCL_DEBUG=INFO", "Setting NCCL_IB_GID_INDEX did not help",
+        "torchrun --nproc_per_node=8 train.py NCCL_ALGO=Tree", "ssh node2 uptime",
+        "env:", "  - name: NCCL_X", "    value: |",
+    ])
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_DEBUG": "INFO"}
+    assert [n for n, _ in parsed.unparsed] == [2, 3, 7]
+    report = parsed.describe("env.sh")
+    assert report[0] == "read 1 variable from env.sh (export 1)"
+    assert "line 3: could not parse: torchrun --nproc_per_node=8 train.py NCCL_ALGO=Tree" in report
+
+
+def test_a_variable_set_twice_gets_a_note_and_the_last_value():
+    parsed = parse_env("export NCCL_DEBUG=INFO\nmpirun -x NCCL_DEBUG=WARN ./a.out\n")
+    assert parsed.env == {"NCCL_DEBUG": "WARN"}
+    (line, note), = parsed.notes
+    assert line == 2 and "'INFO' on line 1" in note and "'WARN'" in note
+
+
+def test_nothing_raises_on_garbage():
+    for text in ["'", '"', "$(", "`", "\\", "A=(", "env: [", "- {", "<<", "\x00\x01", "=\n=",
+                 "export A='" + "x\n" * 50, "#SBATCH --export='", 'Environment="A=1']:
+        assert isinstance(parse_env(text), ParsedEnv)
+
+
+# --- render_exports reads back ----------------------------------------------------------------
+
+NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True)
+VALUES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\x00"),
+                 max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(NAMES, VALUES, max_size=6))
+def test_render_exports_parses_back_to_the_same_values(env):
+    assert parse_env(render_exports(env, [])).env == env
+
+
+def test_render_exports_with_edits_parses_back_without_the_commented_lines():
+    env = {"NCCL_ALGO": "Ring", "NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "0",
+           "NCCL_DEBUG_FILE": "/tmp/a b/%h"}
+    findings = [Finding("warning", "NCCL_ALGO", "m", "f", Edit("comment", reason="debug-only")),
+                Finding("info", "NCCL_IB_DISABLE", "m", "f", Edit("drop", reason="no-op")),
+                Finding("warning", "NCCL_DEBUG", "m", "f", Edit("set", "WARN", "quieter"))]
+    parsed = parse_env(render_exports(env, findings))
+    assert parsed.env == {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/tmp/a b/%h"}
+    assert not parsed.unparsed
+
+
+# --- files refused ----------------------------------------------------------------------------
+
+def test_a_fifo_is_refused_without_opening_it(tmp_path):
+    fifo = tmp_path / "env.fifo"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            read_env_source(fifo)
+        except BaseException as exc:  # noqa: B036 - handed to the test thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "reading a FIFO blocked"
+    assert len(outcome) == 1 and isinstance(outcome[0], ParameterError)
+    assert "FIFO" in str(outcome[0]) and "\n" not in str(outcome[0])
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", ["binary", "offset 7"]),
+    ("export NCCL_DEBUG=INFO\n# caf\u00e9\n".encode("latin-1"),
+     ["not UTF-8", "0xe9", "offset 28", "line 2", "iconv"]),
+    (b"export A=1\n" * (2 * MAX_ENV_BYTES // 11), ["2.0 MiB", "at most 1 MiB"]),
+    (b"A=1\n" * 60_000, ["60,000 lines", "50,000"]),
+])
+def test_files_that_are_not_an_env_block_are_refused_in_one_line(tmp_path, content, words):
+    path = tmp_path / "env.sh"
+    path.write_bytes(content)
+    with pytest.raises(ParameterError) as caught:
+        read_env_source(path)
+    message = str(caught.value)
+    assert all(word in message for word in words), message
+    assert "\n" not in message and str(path) in message
+
+
+def test_a_directory_or_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(ParameterError, match="it is a directory"):
+        read_env_source(tmp_path)
+    with pytest.raises(ParameterError, match="cannot read env file .*No such file"):
+        read_env_source(tmp_path / "missing.sh")
+
+
+def test_utf8_bom_and_utf16_files_are_read(tmp_path):
+    (tmp_path / "bom.sh").write_bytes(b"\xef\xbb\xbfexport NCCL_DEBUG=INFO\r\n")
+    (tmp_path / "ps.env").write_bytes("NCCL_DEBUG=WARN\r\n".encode("utf-16"))
+    assert read_env_source(tmp_path / "bom.sh").env == {"NCCL_DEBUG": "INFO"}
+    assert read_env_source(tmp_path / "ps.env").env == {"NCCL_DEBUG": "WARN"}
+
+
+# --- the CLI says what it read ----------------------------------------------------------------
+
+def parse_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+MPIRUN = ("mpirun -np 16 -x NCCL_DEBUG=WARN -x TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "
+          "-x LD_LIBRARY_PATH ./all_reduce_perf -b 8 -e 8G\n"
+          "Setting NCCL_IB_GID_INDEX did not help\n")
+
+
+@pytest.mark.parametrize("mode", ["table", "--json", "--fix"])
+def test_check_says_what_it_read_and_keeps_stdout_a_list_or_a_block(tmp_path, capsys, mode):
+    path = tmp_path / "launch.sh"
+    path.write_text(MPIRUN)
+    run(parse_args("--env-file", str(path), *([mode] if mode != "table" else [])))
+    out, err = capsys.readouterr()
+    report = out if mode == "table" else err
+    assert report.startswith(f"read 3 variables from {path} (mpirun -x 3)")
+    assert "named, value not given (not checked): LD_LIBRARY_PATH" in report
+    assert "line 2: could not parse: Setting NCCL_IB_GID_INDEX did not help" in report
+    if mode == "--json":
+        assert isinstance(json.loads(out), list)
+    if mode == "--fix":  # the block reads back to what it says, checked against shlex
+        exports = dict(shlex.split(line)[1].split("=", 1) for line in out.splitlines()
+                       if line.startswith("export "))
+        assert exports and parse_env(out).env == exports and not parse_env(out).unparsed
+
+
+def test_check_refuses_a_fifo(tmp_path):
+    fifo = tmp_path / "env.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ParameterError, match="cannot read --env-file .*FIFO"):
+        run(parse_args("--env-file", str(fifo)))
