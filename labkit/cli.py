@@ -11,7 +11,7 @@ ends it with ``labkit: error: ...`` and exit code 2, never a traceback.
     labkit launch --nnodes 2 --nproc-per-node 2 script.py [args...]
     labkit launch --hosts 10.0.0.1,10.0.0.2 --nproc-per-node 8 --dry-run train.py
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
-    labkit nccl check [--env-file FILE] [--json] [--fix]
+    labkit nccl check [--env-file FILE] [--this-host] [--nccl-version X] [--json] [--fix]
     labkit bench launch --json
     labkit bench collectives --op all_reduce --nproc-per-node 4 --min 1K --max 64M --json
     labkit bench buffer --agents 4 --payload 1024 --seconds 3 --json

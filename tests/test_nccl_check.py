@@ -1,4 +1,9 @@
-"""labkit.nccl: the registry, check_env's rules, env files in and out, and the check CLI."""
+"""labkit.nccl: check_env's findings per variable, host facts, env files in and out, the CLI.
+
+Registry and version facts: tests/test_nccl_registry.py; rules across variables and plugins:
+tests/test_nccl_rules.py. ``HOST`` describes a node (interfaces known, no RDMA devices), so node
+facts are checked; without it they are infos.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import pytest
 
 from labkit.errors import ParameterError
 from labkit.nccl import REGISTRY, check_env, parse_env_file, render_exports
-from labkit.nccl.check import local_interfaces
+from labkit.nccl.check import Host, local_interfaces
 from labkit.nccl.cli import add_arguments, run
 from labkit.nccl.registry import is_relevant
 
@@ -27,71 +32,53 @@ def guide_env() -> dict[str, str]:
     return parse_env_file(GUIDE.read_text())
 
 
-# --- registry ---------------------------------------------------------------------------------
-
-def test_registry_entries_have_owner_kind_and_doc_link():
-    for name, var in REGISTRY.items():
-        assert var.name == name
-        assert var.owner in ("nccl", "pytorch", "gloo", "torchrun")
-        assert var.doc.startswith("https://"), name
-        assert var.meaning and var.kind and var.values
-        if var.deprecated_by:
-            assert var.deprecated_by in REGISTRY, name
-
-
-def test_registry_marks_nccl_debugging_variables_debug_only():
-    for name in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_ALGO",
-                 "NCCL_PROTO", "NCCL_SHM_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_BUFFSIZE"):
-        assert REGISTRY[name].debug_only, name
-    for name in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_DEBUG", "NCCL_TOPO_FILE"):
-        assert not REGISTRY[name].debug_only, name
-    assert REGISTRY["NCCL_BLOCKING_WAIT"].deprecated_by == "TORCH_NCCL_BLOCKING_WAIT"
-    assert REGISTRY["NCCL_ASYNC_ERROR_HANDLING"].choices == ("0", "1", "2", "3")
-    assert REGISTRY["TORCH_NCCL_ASYNC_ERROR_HANDLING"].default == "3"
-
-
 # --- the guide's config -----------------------------------------------------------------------
 
-def test_guide_config_yields_exactly_the_expected_findings():
+def test_guide_config_for_another_node_has_no_errors_and_says_how_to_check_the_node():
     assert guide_env() == {
         "NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "eth0",
         "NCCL_DEBUG": "INFO", "NCCL_TOPO_FILE": "/etc/nccl/topo.xml", "NCCL_P2P_DISABLE": "0",
         "NCCL_P2P_LEVEL": "5"}
-    findings = check_env(guide_env(), **HOST)
+    findings = check_env(guide_env())
     assert pairs(findings) == {
         ("info", "NCCL_IB_DISABLE"),  # no-op
         ("warning", "NCCL_IB_HCA"),  # prefix: mlx5_1 also selects mlx5_10..19
-        ("info", "NCCL_IB_HCA"),  # no InfiniBand devices visible on this host
-        ("info", "NCCL_SOCKET_IFNAME"),  # prefix match, '=eth0' for exact
+        ("info", "NCCL_IB_HCA"),  # node fact: check with ibv_devinfo there
+        ("info", "NCCL_SOCKET_IFNAME"),  # node fact
         ("warning", "NCCL_DEBUG"),  # INFO is for bring-up
-        ("error", "NCCL_TOPO_FILE"),  # /etc/nccl/topo.xml does not exist here
+        ("info", "NCCL_TOPO_FILE"),  # a file on the node
         ("info", "NCCL_P2P_DISABLE"),  # no-op
         ("warning", "NCCL_P2P_LEVEL"),  # debug-only; 5 reads as SYS
     }
-    text = " ".join(f.message for f in findings)
-    assert "mlx5_10 to mlx5_19" in text
-    assert "no InfiniBand devices visible on this host" in text
+    text = " ".join(f.message + " " + f.fix for f in findings)
+    assert "mlx5_10 to mlx5_19" in text and "labkit nccl check` on the node" in text
     assert "no-op: the default; only =1 acts" in text
     assert "reads as SYS" in text and "enables GPU-to-GPU direct transfers" in text
+    assert all(f.source.startswith("https://") for f in findings)
 
 
-def test_guide_config_on_this_hosts_real_interfaces():
-    here = local_interfaces()
-    findings = check_env(guide_env(), hcas=set())
-    assert ("error", "NCCL_TOPO_FILE") in pairs(findings)
-    has_eth0 = any(name.startswith("eth0") for name in here)
-    assert (("error", "NCCL_SOCKET_IFNAME") in pairs(findings)) is not has_eth0
+def test_guide_config_on_a_known_node_and_on_this_machine():
+    findings = check_env(guide_env(), **HOST)
+    assert ("info", "NCCL_SOCKET_IFNAME") in pairs(findings)
+    assert "no InfiniBand devices visible" in " ".join(f.message for f in findings)
+    here = check_env(guide_env(), host=Host.local())
+    assert ("warning", "NCCL_TOPO_FILE") in pairs(here)  # /etc/nccl/topo.xml: ignored by NCCL
+    has_eth0 = any(name.startswith("eth0") for name in local_interfaces())
+    assert (("error", "NCCL_SOCKET_IFNAME") in pairs(here)) is not has_eth0
 
 
-# --- rules, one bad config each ---------------------------------------------------------------
+# --- one config each --------------------------------------------------------------------------
 
 BAD = [
     ({"NCCL_SOCKET_IFNAME": "eth1"}, "error", "NCCL_SOCKET_IFNAME", "bootstrap fails"),
     ({"NCCL_SOCKET_IFNAME": "^lo,eth"}, "error", "NCCL_SOCKET_IFNAME", "selects no interface"),
     ({"NCCL_SOCKET_IFNAME": "=^eth0"}, "error", "NCCL_SOCKET_IFNAME", "'^' before '='"),
-    ({"NCCL_SOCKET_IFNAME": "eth0, lo"}, "error", "NCCL_SOCKET_IFNAME", "spaces"),
+    ({"NCCL_SOCKET_IFNAME": "eth0, lo"}, "warning", "NCCL_SOCKET_IFNAME", "blank"),
     ({"NCCL_SOCKET_IFNAME": "lo"}, "info", "NCCL_SOCKET_IFNAME", "loopback only"),
     ({"NCCL_SOCKET_IFNAME": "eth0:1"}, "warning", "NCCL_SOCKET_IFNAME", "cuts the name"),
+    ({"NCCL_SOCKET_IFNAME": "^lo,docker*"}, "warning", "NCCL_SOCKET_IFNAME", "excludes nothing"),
+    ({"NCCL_SOCKET_IFNAME": "eth*"}, "error", "NCCL_SOCKET_IFNAME", "on any host"),
+    ({"NCCL_IB_HCA": "mlx5_*"}, "error", "NCCL_IB_HCA", "falls back to TCP sockets"),
     ({"MASTER_ADDR": "[::1]", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}, "warning",
      "MASTER_ADDR", "loopback"),
     ({"NCCL_IB_HCA": "=mlx5_0:x"}, "error", "NCCL_IB_HCA", "port"),
@@ -104,29 +91,34 @@ BAD = [
     ({"NCCL_P2P_LEVEL": "NVLINK"}, "error", "NCCL_P2P_LEVEL", "not a level"),
     ({"NCCL_P2P_LEVEL": "PXN"}, "info", "NCCL_P2P_LEVEL", "not documented"),
     ({"NCCL_NET_GDR_LEVEL": "NVL"}, "info", "NCCL_NET_GDR_LEVEL", "not documented"),
-    ({"NCCL_ALGO": "Ring"}, "warning", "NCCL_ALGO", "raw bandwidth"),
+    ({"NCCL_ALGO": "Ring"}, "warning", "NCCL_ALGO", "debug-only"),
     ({"NCCL_ALGO": "ring,bogus"}, "error", "NCCL_ALGO", "unknown token 'bogus'"),
     ({"NCCL_ALGO": "tree;ring"}, "error", "NCCL_ALGO", "needs 'function:'"),
     ({"NCCL_ALGO": "allgather:collnet"}, "error", "NCCL_ALGO", "CollnetDirect"),
     ({"NCCL_ALGO": "alltoall:ring"}, "error", "NCCL_ALGO", "unknown function"),
-    ({"NCCL_ALGO": "allreduce:tree;broadcast:ring"}, "info", "NCCL_ALGO", "NCCL >= 2.24"),
+    ({"NCCL_ALGO": "Tree"}, "error", "NCCL_ALGO", "no fallback"),
     ({"NCCL_PROTO": "LL256"}, "error", "NCCL_PROTO", "unknown token"),
     ({"NCCL_PROTO": "^LL128"}, "warning", "NCCL_PROTO", "debug-only"),
     ({"NCCL_SHM_DISABLE": "0"}, "info", "NCCL_SHM_DISABLE", "only =1 acts"),
-    ({"NCCL_IB_DISABLE": "true"}, "error", "NCCL_IB_DISABLE", "NCCL reads an integer"),
+    ({"NCCL_IB_DISABLE": "true"}, "error", "NCCL_IB_DISABLE", "reads 0"),
     ({"NCCL_IB_DISABLE": "1"}, "warning", "NCCL_IB_DISABLE", "debug-only"),
     ({"NCCL_BUFFSIZE": "4194304"}, "info", "NCCL_BUFFSIZE", "no-op"),
+    ({"NCCL_BUFFSIZE": "3000000"}, "info", "NCCL_BUFFSIZE", "power of 2"),
+    ({"NCCL_NTHREADS": "100"}, "warning", "NCCL_NTHREADS", "multiple of 32"),
+    ({"NCCL_SOCKET_FAMILY": "af_inet6"}, "error", "NCCL_SOCKET_FAMILY", "case-sensitively"),
     ({"NCCL_BLOCKING_WAIT": "1"}, "warning", "NCCL_BLOCKING_WAIT", "renamed to TORCH_"),
-    ({"NCCL_BLOCKING_WAIT": "1"}, "info", "NCCL_BLOCKING_WAIT", "10 min by default"),
-    ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, "warning", "NCCL_ASYNC_ERROR_HANDLING", "legacy alias"),
+    ({"NCCL_BLOCKING_WAIT": "1"}, "info", "NCCL_BLOCKING_WAIT", "no watchdog thread"),
+    ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, "warning", "NCCL_ASYNC_ERROR_HANDLING", "is deprecated"),
     ({"TORCH_NCCL_BLOCKING_WAIT": "1"}, "info", "TORCH_NCCL_BLOCKING_WAIT", "not fast"),
     ({"TORCH_NCCL_BLOCKING_WAIT": "maybe"}, "error", "TORCH_NCCL_BLOCKING_WAIT", "not a boolean"),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "4"}, "error", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0, 1"),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, "warning", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
      "hang"),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, "info", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "no-op"),
-    ({"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, "warning",
-     "TORCH_NCCL_DUMP_ON_TIMEOUT", "nothing to dump"),
+    ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"}, "warning", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+     "TORCH_FR_BUFFER_SIZE"),
+    ({"TORCH_FR_BUFFER_SIZE": "0"}, "info", "TORCH_FR_BUFFER_SIZE", "flight recorder off"),
+    ({"TORCH_FR_BUFFER_SIZE": "lots"}, "error", "TORCH_FR_BUFFER_SIZE", "Invalid value"),
     ({"TORCH_DISTRIBUTED_DEBUG": "verbose"}, "error", "TORCH_DISTRIBUTED_DEBUG", "ValueError"),
     ({"TORCH_DISTRIBUTED_DEBUG": "detail"}, "warning", "TORCH_DISTRIBUTED_DEBUG", "performance"),
     ({"TORCH_CPP_LOG_LEVEL": "loud"}, "warning", "TORCH_CPP_LOG_LEVEL", "keeps WARNING"),
@@ -137,17 +129,10 @@ BAD = [
     ({"NCCL_DEBUG_SUBSYS": "^COLL"}, "info", "NCCL_DEBUG_SUBSYS", "without NCCL_DEBUG=INFO"),
     ({"NCCL_DEBUG_FILE": "~/nccl.log"}, "error", "NCCL_DEBUG_FILE", "'~'"),
     ({"NCCL_DEBUG_FILE": "/tmp/nccl.log"}, "info", "NCCL_DEBUG_FILE", "%h.%p"),
-    ({"NCCL_IB_DISABLE": "1", "NCCL_IB_HCA": "=mlx5_0"}, "warning", "NCCL_IB_HCA",
-     "NCCL_IB_DISABLE=1"),
-    ({"NCCL_IB_DISABLE": "1", "NCCL_NET": "IB"}, "error", "NCCL_NET", "init fails"),
-    ({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "NVL"}, "warning", "NCCL_P2P_LEVEL",
-     "NCCL_P2P_DISABLE=1 wins"),
-    ({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"}, "error",
-     "NCCL_NSOCKS_PERTHREAD", "at most 64"),
-    ({"NCCL_SOCKET_NTHREADS": "32"}, "error", "NCCL_SOCKET_NTHREADS", "out of range"),
     ({"NCCL_MIN_NCHANNELS": "4"}, "warning", "NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"),
     ({"NCCL_MIN_CTAS": "8", "NCCL_MAX_CTAS": "4"}, "warning", "NCCL_MIN_CTAS", "above"),
-    ({"NCCL_CROSS_NIC": "3"}, "error", "NCCL_CROSS_NIC", "not one of"),
+    ({"NCCL_CROSS_NIC": "3"}, "warning", "NCCL_CROSS_NIC", "documented"),
+    ({"NCCL_IB_RETRY_CNT": "9"}, "error", "NCCL_IB_RETRY_CNT", "out of range"),
     ({"RANK": "8", "WORLD_SIZE": "8"}, "error", "RANK", "ranks go 0 to 7"),
     ({"WORLD_SIZE": "eight"}, "error", "WORLD_SIZE", "not an integer"),
     ({"MASTER_PORT": "70000"}, "error", "MASTER_PORT", "not a TCP port"),
@@ -170,8 +155,8 @@ BAD = [
     ({"PET_NNODES": "4:2"}, "error", "PET_NNODES", "MIN:MAX"),
     ({"TORCHELASTIC_RESTART_COUNT": "0"}, "warning", "TORCHELASTIC_RESTART_COUNT",
      "torchrun sets it"),
-    ({"NCCL_FOO_BAR": "1"}, "info", "NCCL_FOO_BAR", "not a variable this checker knows"),
-    ({"NCCL_SOCKET_IFNAM": "eth0"}, "info", "NCCL_SOCKET_IFNAM", "did you mean"),
+    ({"NCCL_FOO_BAR": "1"}, "info", "NCCL_FOO_BAR", "not a variable NCCL reads"),
+    ({"NCCL_SOCKET_IFNAM": "eth0"}, "warning", "NCCL_SOCKET_IFNAM", "did you mean"),
     ({"NCCL_DEBUG": ""}, "info", "NCCL_DEBUG", "empty"),
 ]
 
@@ -183,6 +168,32 @@ def test_bad_config_yields_its_finding(env, severity, variable, text):
     matching = [f for f in findings if (f.severity, f.variable) == (severity, variable)]
     assert matching, f"no {severity} on {variable} in {[f.to_dict() for f in findings]}"
     assert any(text in f.message + " " + f.fix for f in matching), [f.message for f in matching]
+    assert all(f.source.startswith("https://") for f in findings), [f.to_dict() for f in findings]
+
+
+GOOD = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29500", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
+        "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "10.0.0.1:29400",
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "gpu", "TORCH_CPP_LOG_LEVEL": "info"}
+
+
+@pytest.mark.parametrize("env", [row[0] for row in BAD] + [GOOD, {}],
+                         ids=[f"{i:02d}" for i in range(len(BAD) + 2)])
+def test_fix_output_passes_its_own_check(env):
+    fixed = parse_env_file(render_exports(env, check_env(env, **HOST)))
+    again = [f.to_dict() for f in check_env(fixed, **HOST) if f.severity == "error"]
+    assert not again, (env, fixed, again)
+
+
+def test_node_facts_are_errors_only_where_the_node_is_known():
+    for value in ("=ens1f0", "bond0", "ib0", "hsn0", "enp0s12"):  # NVIDIA's docs use =ens1f0
+        other = check_env({"NCCL_SOCKET_IFNAME": value, "GLOO_SOCKET_IFNAME": value.strip("=")})
+        assert {f.severity for f in other} == {"info"}, [f.to_dict() for f in other]
+        known = check_env({"NCCL_SOCKET_IFNAME": value}, interfaces={"lo", "eth0"})
+        assert ("error", "NCCL_SOCKET_IFNAME") in pairs(known)
+    assert pairs(check_env({"NCCL_IB_HCA": "=mlx5_9"})) == {("info", "NCCL_IB_HCA")}
+    assert pairs(check_env({"NCCL_TOPO_FILE": "/no/such/topo.xml"})) == {("info", "NCCL_TOPO_FILE")}
 
 
 def test_prefix_lists_match_like_nccl():
@@ -204,12 +215,7 @@ def test_prefix_lists_match_like_nccl():
 
 
 def test_good_settings_are_quiet():
-    good = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
-            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "MASTER_ADDR": "10.0.0.1",
-            "MASTER_PORT": "29500", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-            "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "10.0.0.1:29400",
-            "PET_NNODES": "2", "PET_NPROC_PER_NODE": "gpu", "TORCH_CPP_LOG_LEVEL": "info"}
-    assert check_env(good, **HOST) == []
+    assert check_env(GOOD, **HOST) == []
 
 
 def test_inside_a_torchrun_worker_rank_variables_are_fine():
@@ -219,34 +225,54 @@ def test_inside_a_torchrun_worker_rank_variables_are_fine():
     assert [f for f in check_env(worker, **HOST) if f.severity != "info"] == []
 
 
-def test_unknown_variables_are_never_errors():
+def test_unknown_variables_are_never_errors_and_typo_hints_are_for_typos_only():
     env = {f"NCCL_MADE_UP_{i}": "x" for i in range(5)} | {"TORCH_NCCL_NEW_THING": "1",
-                                                           "GLOO_DEVICE_TRANSPORT": "TCP"}
+                                                           "GLOO_DEVICE_TRANSPRT": "TCP"}
     findings = check_env(env, **HOST)
     assert {f.severity for f in findings} == {"info"} and len(findings) == 7
     assert check_env({"PATH": "/usr/bin", "HOME": "/root"}, **HOST) == []
+    timeout = check_env({"NCCL_TIMEOUT": "1800"})  # read by frameworks, not NCCL_IB_TIMEOUT
+    assert len(timeout) == 1 and "did you mean" not in timeout[0].fix
+    assert "NCCL_IB_TIMEOUT" not in timeout[0].fix
+    fabric = check_env({"FI_EFA_FOO": "1", "OFI_NCCL_BAR": "1"})
+    assert all("did you mean" not in f.fix and "NCCL reads" not in f.message for f in fabric)
+    assert "did you mean TORCH_FR_BUFFER_SIZE?" in check_env({"TORCH_FR_BUFER_SIZE": "1"})[0].fix
 
 
-def test_topo_file_must_exist_and_be_xml(tmp_path):
-    missing = check_env({"NCCL_TOPO_FILE": str(tmp_path / "none.xml")}, **HOST)
-    assert pairs(missing) == {("error", "NCCL_TOPO_FILE")}
+def test_real_variables_are_known_and_their_prefixes_watched():
+    real = {"NCCL_IB_SL": "3", "NCCL_IB_TC": "106", "NCCL_NET_PLUGIN": "aws-ofi",
+            "TORCH_NCCL_HIGH_PRIORITY": "1", "TORCH_FR_BUFFER_SIZE": "4000",
+            "TORCH_FR_DUMP_TEMP_FILE": "/tmp/fr_", "NCCL_IBEXT_DISABLE": "1",
+            "NCCL_P2P_PXN_LEVEL": "0", "NCCL_NVLS_ENABLE": "0", "OFI_NCCL_PROTOCOL": "RDMA"}
+    assert all(name in REGISTRY and is_relevant(name) for name in real)
+    assert not [f for f in check_env(real) if "not a variable" in f.message]
+    assert is_relevant("TORCH_FR_SOMETHING_NEW") and is_relevant("FI_PROVIDER")
+
+
+def test_topo_file_must_exist_and_be_xml_on_this_machine(tmp_path):
+    here = Host.local()
+    missing = check_env({"NCCL_TOPO_FILE": str(tmp_path / "none.xml")}, host=here)
+    assert pairs(missing) == {("warning", "NCCL_TOPO_FILE")}
     assert "silently ignored" in missing[0].message
     junk = tmp_path / "junk.xml"
     junk.write_text("not xml at all")
-    assert pairs(check_env({"NCCL_TOPO_FILE": str(junk)}, **HOST)) == {("error", "NCCL_TOPO_FILE")}
+    assert pairs(check_env({"NCCL_TOPO_FILE": str(junk)}, host=here)) == \
+        {("error", "NCCL_TOPO_FILE")}
     other = tmp_path / "other.xml"
     other.write_text("<topology/>")
-    assert pairs(check_env({"NCCL_TOPO_FILE": str(other)}, **HOST)) == \
+    assert pairs(check_env({"NCCL_TOPO_FILE": str(other)}, host=here)) == \
         {("warning", "NCCL_TOPO_FILE")}
     good = tmp_path / "topo.xml"
     good.write_text('<system version="1"><cpu numaid="0"><pci busid="0000:1b:00.0"/></cpu>'
                     "</system>")
-    assert check_env({"NCCL_TOPO_FILE": str(good)}, **HOST) == []
+    assert check_env({"NCCL_TOPO_FILE": str(good)}, host=here) == []
+    assert check_env({"NCCL_TOPO_FILE": "~/topo.xml"})[0].severity == "error"
 
 
-def test_finding_to_dict_has_exactly_four_keys():
+def test_finding_to_dict_keys_and_source():
     finding = check_env({"NCCL_P2P_LEVEL": "5"}, **HOST)[0]
-    assert set(finding.to_dict()) == {"severity", "variable", "message", "fix"}
+    assert set(finding.to_dict()) == {"severity", "variable", "message", "fix", "source"}
+    assert finding.to_dict()["source"].startswith("https://docs.nvidia.com/")
 
 
 # --- env files --------------------------------------------------------------------------------
@@ -265,18 +291,6 @@ def test_parse_env_file_reads_what_bash_would_assign():
         "F": 'a"b', "G": "spaced", "H": "1", "I": "$NODE_RANK", "J": "second", "K": "v"}
 
 
-def test_parse_env_file_reads_the_guides_launch_block_verbatim():
-    guide = (ROOT.parent / "shared" / "seed" / "distributed-ai-agents-on-gpu-clusters.txt")
-    if not guide.exists():
-        pytest.skip("the seed guide is not in this checkout")
-    lines = guide.read_text().splitlines()
-    start = lines.index("Step 1: Environment Configuration")
-    env = parse_env_file("\n".join(lines[start + 1:start + 10]))
-    assert env == {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "8",
-                   "RANK": "$NODE_RANK", "LOCAL_WORLD_SIZE": "4"}
-    assert ("warning", "RANK") in pairs(check_env(env, **HOST))
-
-
 def test_render_exports_round_trip_leaves_no_errors_noops_or_old_names():
     env = guide_env() | {"NCCL_BLOCKING_WAIT": "1", "NCCL_ASYNC_ERROR_HANDLING": "3",
                          "NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": "4"}
@@ -289,7 +303,8 @@ def test_render_exports_round_trip_leaves_no_errors_noops_or_old_names():
     assert "# export NCCL_ALGO=Ring  # debug-only" in block
     fixed = parse_env_file(block)
     assert fixed == {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_SOCKET_IFNAME": "=eth0",
-                     "NCCL_DEBUG": "WARN", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+                     "NCCL_DEBUG": "WARN", "TORCH_NCCL_BLOCKING_WAIT": "1",
+                     "NCCL_TOPO_FILE": "/etc/nccl/topo.xml"}  # a file of the node: kept
     again = check_env(fixed, **HOST)
     assert not [f for f in again if f.severity == "error"]
     assert not [f for f in again if "no-op" in f.message]
@@ -313,21 +328,36 @@ def parse_args(*argv: str) -> argparse.Namespace:
 
 
 def test_run_check_exit_codes_and_json_keys(tmp_path, capsys):
-    assert run(parse_args("--env-file", str(GUIDE), "--json")) == 1  # topo.xml missing
+    broken = tmp_path / "broken.sh"
+    broken.write_text("export NCCL_ALGO=Tree\nexport NCCL_SOCKET_IFNAME=ens1f0\n")
+    assert run(parse_args("--env-file", str(broken), "--json")) == 1  # Tree alone, NCCL >= 2.24
     rows = json.loads(capsys.readouterr().out)
-    assert rows and all(set(row) == {"severity", "variable", "message", "fix"} for row in rows)
-    assert {"severity": "error", "variable": "NCCL_TOPO_FILE"}.items() <= \
-        next(r for r in rows if r["severity"] == "error").items()
+    keys = {"severity", "variable", "message", "fix", "source"}
+    assert rows and all(set(row) == keys for row in rows)
+    assert {(r["severity"], r["variable"]) for r in rows if r["severity"] == "error"} == \
+        {("error", "NCCL_ALGO")}  # the interface is a fact of another node: an info
+    assert run(parse_args("--env-file", str(broken), "--nccl-version", "2.23.4")) == 0
+    assert "falls back" in capsys.readouterr().out
     fine = tmp_path / "fine.sh"
     fine.write_text("export NCCL_DEBUG=WARN\nexport TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n")
     assert run(parse_args("--env-file", str(fine))) == 0
     assert "no findings" in capsys.readouterr().out
+    with pytest.raises(ParameterError, match="--nccl-version"):
+        run(parse_args("--env-file", str(fine), "--nccl-version", "latest"))
+
+
+def test_run_check_this_host_checks_interfaces_here(tmp_path, capsys):
+    path = tmp_path / "env.sh"
+    path.write_text("export NCCL_SOCKET_IFNAME==no-such-if0\n")
+    assert run(parse_args("--env-file", str(path))) == 0
+    assert run(parse_args("--env-file", str(path), "--this-host")) == 1
+    assert "selects no interface on this host" in capsys.readouterr().out
 
 
 def test_run_check_table_and_fix(capsys):
-    assert run(parse_args("--env-file", str(GUIDE))) == 1
+    assert run(parse_args("--env-file", str(GUIDE))) == 0
     table = capsys.readouterr().out
-    assert "ERROR    NCCL_TOPO_FILE" in table and "fix:" in table
+    assert "WARNING  NCCL_P2P_LEVEL" in table and "fix:" in table
     run(parse_args("--env-file", str(GUIDE), "--fix"))
     out, err = capsys.readouterr()
     assert out.startswith("# Corrected by labkit nccl check") and "NCCL_TOPO_FILE" in err

@@ -5,9 +5,16 @@
     for finding in check_env(env):
         print(finding.severity, finding.variable, finding.message)
 
-Modules: ``registry`` (the variables, as data, with doc links), ``syntax`` (their value grammars,
-mirroring NCCL/PyTorch source), ``check`` (``check_env``), ``envfile`` (export blocks in and
-out), ``cli`` (``labkit nccl check``), ``debuglog`` (what an ``NCCL_DEBUG=INFO`` log says).
+Modules: ``registry`` (the variables, as data: ``registry_nccl`` / ``registry_nccl_debug`` from
+NCCL's env page, ``registry_nccl_source`` which releases read what, ``registry_torch``,
+``registry_plugins``), ``versions`` (the NCCL release checked against), ``context`` (the host,
+if known, and the network plugins in use), ``syntax`` (value grammars, mirroring NCCL/PyTorch
+source), ``values`` / ``torch_values`` / ``hostfacts`` / ``plugin_checks`` (one value),
+``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
+``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands`` and
+``yamlenv``; ``read_env_source`` refuses what is not a small text file), ``envfile`` (export
+blocks in and out), ``cli`` (``labkit nccl check``), ``debuglog`` (what an
+``NCCL_DEBUG=INFO`` log says).
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from labkit.nccl.check import check_env
 from labkit.nccl.debuglog import DebugLog, parse_debug_log
 from labkit.nccl.envfile import parse_env_file, render_exports
 from labkit.nccl.findings import Edit, Finding
+from labkit.nccl.paste import ParsedEnv, parse_env, read_env_source
 from labkit.nccl.registry import REGISTRY, Variable
 
-__all__ = ["REGISTRY", "DebugLog", "Edit", "Finding", "Variable", "check_env", "parse_debug_log",
-           "parse_env_file", "render_exports"]
+__all__ = ["REGISTRY", "DebugLog", "Edit", "Finding", "ParsedEnv", "Variable", "check_env",
+           "parse_debug_log", "parse_env", "parse_env_file", "read_env_source", "render_exports"]

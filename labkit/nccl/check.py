@@ -1,129 +1,211 @@
 """``check_env``: what each NCCL / torch.distributed variable in an environment really does.
 
-    findings = check_env({"NCCL_P2P_LEVEL": "5"}, interfaces={"lo", "eth0"}, hcas=set())
+    findings = check_env({"NCCL_P2P_LEVEL": "5"})                       # any host, newest NCCL
+    findings = check_env(env, nccl_version="2.21.5", host=Host.local())  # this machine
+    findings = check_env(env, interfaces={"lo", "eth0"})                 # nodes the caller knows
 
-Per variable: empty values, deprecated names, no-op values, debug-only variables, then the value
-itself (``values``, ``torch_values``); then rules across variables (``rules``). Host facts
-(interfaces, InfiniBand devices) default to this machine's.
+Per variable: empty values, the target release (not read any more / not yet), deprecated names,
+no-op values, debug-only variables (or a plugin's documented setting), then the value itself
+(``values``, ``torch_values``, ``hostfacts``); then the rules across variables (``rules``). An
+error means wrong on any host; facts of a node are checked only when ``host`` describes it.
 """
 
 from __future__ import annotations
 
-import difflib
+import argparse
 import re
-import socket
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 
-from labkit.nccl import torch_values, values
+from labkit.nccl import plugin_checks, torch_values, values
+from labkit.nccl.context import Context, Host, detect_plugins, local_hcas, local_interfaces
 from labkit.nccl.findings import Edit, Finding, info, warning
-from labkit.nccl.registry import (
-    DIST_DOC,
-    KNOWN_PREFIXES,
-    NCCL_DOC,
-    REGISTRY,
-    TORCH_NCCL_DOC,
-    Variable,
-)
+from labkit.nccl.names import unknown_variable
+from labkit.nccl.registry import ALIASES, REGISTRY, Variable, source_default
 from labkit.nccl.rules import RULES
 from labkit.nccl.syntax import nccl_int, parse_int
-from labkit.nccl.values import Host
+from labkit.nccl.versions import NcclTarget, local_nccl_target
+
+__all__ = ["Host", "check_env", "local_hcas", "local_interfaces", "options_from_args"]
 
 KIND_CHECKS = {**values.KIND_CHECKS, **torch_values.KIND_CHECKS}
 NAME_CHECKS = {**values.NAME_CHECKS, **torch_values.NAME_CHECKS}
 
-# Why a debug-only variable matters, where there is more to say than NCCL's general warning.
+# Why a debug-only variable matters, where NCCL's docs say more than their general warning.
 DEBUG_NOTES = {
-    "NCCL_ALGO": "forcing Ring is for measuring raw bandwidth; there is no evidence trees "
-                 "deadlock more; NCCL picks Tree across nodes where its model predicts lower "
-                 "latency",
-    "NCCL_PROTO": "NCCL discourages it except to disable one protocol while a bug is suspected; "
-                  "enabling LL128 where unsupported can corrupt data",
-    "NCCL_IB_DISABLE": "without IB hardware NCCL already uses sockets; keep =1 only as a "
-                       "workaround for broken IB",
+    "NCCL_ALGO": "since 2.24 NCCL does not fall back to Ring when the list leaves a collective "
+                 "without an algorithm it supports: that collective fails",
+    "NCCL_PROTO": "NCCL's docs discourage it except to disable one protocol while a bug is "
+                  "suspected; enabling LL128 where unsupported can corrupt data",
+    "NCCL_IB_DISABLE": "=1 makes NCCL use IP sockets instead of InfiniBand/RoCE",
 }
-PYTORCH_RENAME = ("renamed to {new}; PyTorch still reads the old name as a legacy alias and warns "
-                  "that it is deprecated")
-NCCL_RENAME = "deprecated in favor of {new} (still read; if both are set the stricter wins)"
+PYTORCH_RENAME = ("renamed to {new}; PyTorch still reads the old name and warns 'Environment "
+                  "variable {old} is deprecated; use {new} instead'")
 
 
-def local_interfaces() -> set[str]:
-    """Network interface names of this host."""
-    return {name for _, name in socket.if_nameindex()}
+def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None = None,
+              host: Host | None = None, interfaces: Iterable[str] | None = None,
+              hcas: Iterable[str] | None = None) -> list[Finding]:
+    """Findings for every relevant variable of ``env``, then for combinations of them.
 
-
-def local_hcas(root: str = "/sys/class/infiniband") -> set[str]:
-    """RDMA devices of this host (empty when there is no InfiniBand/RoCE or no sysfs)."""
-    try:
-        return {entry.name for entry in Path(root).iterdir()}
-    except OSError:
-        return set()
-
-
-def check_env(env: Mapping[str, str], *, interfaces: set[str] | None = None,
-              hcas: set[str] | None = None) -> list[Finding]:
-    """Findings for every relevant variable of ``env``, then for combinations of them."""
-    host = Host(local_interfaces() if interfaces is None else set(interfaces),
-                local_hcas() if hcas is None else set(hcas))
+    ``nccl_version``: the NCCL release to check against (default: the newest known).
+    ``host``: the node the config runs on, when known (``Host.local()`` for this machine);
+    ``interfaces`` / ``hcas`` describe one without files. Without either, node facts
+    (interfaces, HCAs, files) are reported as infos to check on the node.
+    """
+    if host is None and (interfaces is not None or hcas is not None):
+        host = Host.described(interfaces, hcas)
+    target = nccl_version if isinstance(nccl_version, NcclTarget) else \
+        NcclTarget.newest() if nccl_version is None else \
+        NcclTarget.parse(nccl_version, "as asked")
+    ctx = Context(env, target, host, detect_plugins(env))
     findings: list[Finding] = []
     for name, value in env.items():
         var = REGISTRY.get(name)
-        if var is None:
-            findings += _unknown(name)
-        else:
-            findings += _check_variable(var, value, env, host)
+        findings += unknown_variable(name, ctx) if var is None else \
+            _with_source(_check_variable(var, value, ctx), var)
     for rule in RULES:
-        findings += rule(env)
+        findings += rule.apply(ctx)
+    for finding in findings:  # --fix must not keep an error: comment the line out, saying why
+        if finding.severity == "error" and finding.edit is None and finding.variable in env:
+            finding.edit = Edit("comment", reason=_short(finding.message))
     return findings
 
 
-def _check_variable(var: Variable, value: str, env: Mapping[str, str], host: Host) -> list[Finding]:
+def _short(message: str, limit: int = 72) -> str:
+    """The first clause of a message, for the comment --fix writes next to a line."""
+    head = re.split(r"[:;(]", message, maxsplit=1)[0].strip()
+    return head if len(head) <= limit else head[:limit - 3].rstrip() + "..."
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """``check_env`` keywords for ``labkit nccl check``: this machine's host and NCCL release for
+    the live environment or ``--this-host``, else any host and the newest (or given) release."""
+    here = not getattr(args, "env_file", None) or getattr(args, "this_host", False)
+    version = getattr(args, "nccl_version", None)
+    target = NcclTarget.parse(version, "--nccl-version") if version else \
+        local_nccl_target() if here else NcclTarget.newest()
+    return {"nccl_version": target, "host": Host.local() if here else None}
+
+
+def _with_source(found: list[Finding], var: Variable) -> list[Finding]:
+    for finding in found:
+        finding.source = finding.source or var.link
+    return found
+
+
+def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if value == "":
         return [info(var.name, "empty: treated as unset", "remove the line",
                      Edit("drop", reason="empty, treated as unset"))]
-    found = []
-    if var.deprecated_by:
-        found.append(_deprecated(var, env))
-    if _is_default(var, value):
-        only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" else ""
-        return found + [info(var.name, f"no-op: the default{only}", "remove the line",
-                             Edit("drop", reason=f"no-op, the default{only}"))]
+    version = _version_facts(var, ctx)
+    if version is not None:
+        return version
+    found = _deprecation(var, ctx)
     if "$" in value:
         return found + [info(var.name, f"'{value}' is a shell expansion: its value is not "
                              "checked here")]
-    if var.debug_only:
+    if _is_default(var, value, ctx):
+        only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" and value != "1" \
+            else ""
+        return found + [info(var.name, f"no-op: the default{only}", "remove the line",
+                             Edit("drop", reason=f"no-op, the default{only}"), source=var.doc)]
+    plugin = ctx.plugin_setting(var.name)
+    if plugin:
+        found.append(info(var.name, f"{plugin.plugin.title}'s documented configuration sets it "
+                          f"({plugin.evidence}): keep it as the vendor sets it"
+                          + (" (NCCL lists it under Debugging)" if var.debug_only else ""),
+                          source=plugin.plugin.source))
+    elif var.debug_only:
         note = DEBUG_NOTES.get(var.name, "")
-        found.append(warning(var.name, "debug-only: NCCL lists it under Debugging; keeping it set "
-                             "can cause slowdowns, crashes or hangs as NCCL changes"
+        found.append(warning(var.name, "debug-only: NCCL lists it under Debugging: fine for an "
+                             "experiment or as a workaround, but keeping it set may cause "
+                             "sub-optimal behavior, crashes or hangs as NCCL changes"
                              + (f"; {note}" if note else ""),
-                             "use it for an experiment, then remove it",
-                             Edit("comment", reason="debug-only")))
+                             "use it for an experiment or a workaround, then remove it",
+                             Edit("comment", reason="debug-only"), source=var.doc))
+    special = plugin_checks.check(var, value, ctx)
+    if special is not None:
+        return found + special
     check = NAME_CHECKS.get(var.name) or KIND_CHECKS.get(var.kind)
-    return found + (check(var, value, env, host) if check else [])
+    return found + (check(var, value, ctx) if check else [])
 
 
-def _deprecated(var: Variable, env: Mapping[str, str]) -> Finding:
+def _version_facts(var: Variable, ctx: Context) -> list[Finding] | None:
+    """A variable the target NCCL release no longer reads, or does not read yet."""
+    if var.owner != "nccl":
+        return None
+    target, on = ctx.target, f"NCCL {ctx.target.text}"
+    if var.removed and target.at_least(var.removed):
+        replacement = var.deprecated_by or ""
+        hint = var.successor or replacement
+        text = (f"{on} no longer reads it: not read since {var.removed}, so the setting does "
+                f"nothing" + (f"; use {hint}" if hint else ""))
+        renamed = replacement and _reads(replacement, ctx) and var.kind == REGISTRY[
+            replacement].kind
+        edit = Edit("drop", reason=f"{replacement} is set") if renamed and replacement in \
+            ctx.env else Edit("rename", replacement, f"renamed from {var.name}") if renamed \
+            else Edit("comment", reason=f"not read since NCCL {var.removed}")
+        return [warning(var.name, text + f" (checked against {target.describe()})",
+                        f"use {hint}" if hint else "remove it", edit, source=var.link)]
+    if var.introduced and not target.at_least(var.introduced):
+        return [warning(var.name, f"{on} does not read it yet: NCCL reads it from "
+                        f"{var.introduced} on (checked against {target.describe()})",
+                        f"upgrade NCCL to {var.introduced} or later, or drop it",
+                        source=var.link)]
+    return None
+
+
+def _reads(name: str, ctx: Context) -> bool:
+    var = REGISTRY.get(name)
+    return var is not None and (var.introduced is None or ctx.target.at_least(var.introduced)) \
+        and not (var.removed and ctx.target.at_least(var.removed))
+
+
+def _deprecation(var: Variable, ctx: Context) -> list[Finding]:
     new = var.deprecated_by
-    text = (PYTORCH_RENAME if var.owner == "pytorch" else NCCL_RENAME).format(new=new)
-    edit = Edit("drop", reason=f"{new} is set") if new in env else \
-        Edit("rename", new, f"renamed from {var.name}")
-    return warning(var.name, text, f"use {new}", edit)
-
-
-def _is_default(var: Variable, value: str) -> bool:
-    if not re.fullmatch(r"-?\d+|[A-Z][A-Z0-9_,]*", var.default):
-        return False  # a description ("auto", "platform dependent"), not a literal value
-    if var.default.lstrip("-").isdigit():
-        number = nccl_int(value) if var.owner == "nccl" else parse_int(value)
-        return number is not None and str(number) == var.default
-    return value.upper() == var.default
-
-
-def _unknown(name: str) -> list[Finding]:
-    if not name.startswith(KNOWN_PREFIXES):
+    if var.owner == "pytorch" and new:
+        edit = Edit("drop", reason=f"{new} is set") if new in ctx.env else \
+            Edit("rename", new, f"renamed from {var.name}")
+        return [warning(var.name, PYTORCH_RENAME.format(new=new, old=var.name), f"use {new}",
+                        edit, source=var.link)]
+    if var.owner != "nccl" or not (var.deprecated or new):
         return []
-    doc = NCCL_DOC if name.startswith("NCCL_") else \
-        TORCH_NCCL_DOC if name.startswith("TORCH_NCCL_") else DIST_DOC
-    close = difflib.get_close_matches(name, REGISTRY, n=1, cutoff=0.85)
-    hint = f"did you mean {close[0]}? " if close else ""
-    return [info(name, "not a variable this checker knows", f"{hint}check the name at {doc}")]
+    if var.deprecated and not ctx.target.at_least(var.deprecated):
+        return []
+    if new and not _reads(new, ctx):
+        return []
+    since = f" since {var.deprecated}" if var.deprecated else ""
+    plugin = ctx.plugin_setting(var.name)
+    if new and var.name in ALIASES:
+        text = (f"old name of {new} (NCCL's docs: still works as an alias, but is ignored if "
+                f"{new} is set)")
+        edit = Edit("drop", reason=f"{new} is set") if new in ctx.env else \
+            Edit("rename", new, f"renamed from {var.name}")
+    elif new:
+        text = (f"deprecated{since} in favor of {new} (NCCL's docs; still read; if both are "
+                "set the most restrictive wins)")
+        edit = Edit("drop", reason=f"{new} is set") if new in ctx.env else \
+            Edit("rename", new, f"renamed from {var.name}")
+    else:
+        text = f"deprecated{since} (NCCL's docs); NCCL {ctx.target.text} still reads it" + \
+            (f"; use {var.successor}" if var.successor else "")
+        edit = None
+    if plugin:
+        return [info(var.name, text, "", source=var.doc)]
+    return [warning(var.name, text, f"use {new or var.successor or 'the default'}", edit,
+                    source=var.doc)]
+
+
+def _is_default(var: Variable, value: str, ctx: Context) -> bool:
+    if ctx.plugin_setting(var.name):
+        return False  # the plugin may set another value; the user's line overrides it
+    literal = source_default(var.name, ctx.target.version) if var.owner == "nccl" else None
+    if literal in (None, "-1", "-2") and re.fullmatch(r"-?\d+|[A-Z][A-Z0-9_,]*", var.default):
+        literal = var.default
+    if literal is None:
+        return False
+    if literal.lstrip("-").isdigit():
+        number = nccl_int(value) if var.owner == "nccl" else parse_int(value)
+        return number is not None and str(number) == literal
+    return value.upper() == literal
+

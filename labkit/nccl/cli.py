@@ -5,8 +5,10 @@
     labkit nccl check --env-file env.sh --fix > fixed.sh
     labkit nccl check --json                # [{"severity", "variable", "message", "fix"}, ...]
 
-Exit code 1 when any finding is an error, else 0. The lead wires these two functions into
-``labkit.cli``.
+With ``--env-file``, the report first says how many variables the file set (any pasted shape:
+``labkit.nccl.paste``) and what it could not parse; with ``--json`` or ``--fix`` that goes to
+stderr, so stdout stays a JSON list or an export block. Exit code 1 when any finding is an error,
+else 0. The lead wires these two functions into ``labkit.cli``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
-from labkit.errors import ParameterError
-from labkit.nccl.check import check_env
-from labkit.nccl.envfile import parse_env_file, render_exports
+from labkit.nccl.check import check_env, options_from_args
+from labkit.nccl.envfile import render_exports
 from labkit.nccl.findings import SEVERITY_ORDER, Finding
+from labkit.nccl.paste import read_env_source
 from labkit.nccl.registry import is_relevant
 
 
@@ -31,24 +32,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-file", metavar="FILE",
                         help="check the export block in FILE instead of this environment")
     parser.add_argument("--json", action="store_true",
-                        help="print findings as JSON (severity, variable, message, fix)")
+                        help="print findings as JSON (severity, variable, message, fix, source)")
     parser.add_argument("--fix", action="store_true",
                         help="print a corrected export block (findings go to stderr)")
+    parser.add_argument("--nccl-version", metavar="X.Y.Z",
+                        help="check against this NCCL release (default: the one this machine's "
+                        "PyTorch loads for the live environment or --this-host, else the newest "
+                        "release the checker knows)")
+    parser.add_argument("--this-host", action="store_true",
+                        help="the env file is for this machine: check its interfaces, HCAs and "
+                        "files here (always so without --env-file)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Check, print, and return 1 if any finding is an error."""
+    parsed = None
     if args.env_file:
-        try:
-            env = parse_env_file(Path(args.env_file).read_text())
-        except OSError as exc:
-            raise ParameterError(f"cannot read --env-file {args.env_file}: {exc.strerror}") \
-                from exc
+        parsed = read_env_source(args.env_file, label="--env-file")
+        env = parsed.env
     else:
         env = {k: v for k, v in os.environ.items() if is_relevant(k)}
-    findings = check_env(env)
+    findings = check_env(env, **options_from_args(args))
     report = json.dumps([f.to_dict() for f in findings], indent=2) if args.json \
         else format_table(findings)
+    if parsed is not None:  # what was read and what was not; stdout stays a block or JSON list
+        print("\n".join(parsed.describe(args.env_file)),
+              file=sys.stderr if args.fix or args.json else sys.stdout)
     if args.fix:
         print(report, file=sys.stderr)
         print(render_exports(env, findings), end="")

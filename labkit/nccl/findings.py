@@ -1,5 +1,5 @@
 """What the checker reports: ``Finding`` (to show) and ``Edit`` (how ``render_exports`` fixes
-it)."""
+it). Every finding names the source that backs it (``source``: a doc section, a source line)."""
 
 from __future__ import annotations
 
@@ -21,26 +21,30 @@ class Edit:
 
 @dataclass
 class Finding:
-    """One thing the checker noticed about one variable, with the fix in words."""
+    """One thing the checker noticed about one variable, with the fix in words and its source."""
 
     severity: Severity
     variable: str
     message: str
     fix: str
     edit: Edit | None = field(default=None, compare=False, repr=False)
+    source: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, str]:
         return {"severity": self.severity, "variable": self.variable, "message": self.message,
-                "fix": self.fix}
+                "fix": self.fix, "source": self.source}
 
 
-def error(variable: str, message: str, fix: str, edit: Edit | None = None) -> Finding:
-    return Finding("error", variable, message, fix, edit)
+def error(variable: str, message: str, fix: str, edit: Edit | None = None, *,
+          source: str = "") -> Finding:
+    return Finding("error", variable, message, fix, edit, source)
 
 
-def warning(variable: str, message: str, fix: str, edit: Edit | None = None) -> Finding:
-    return Finding("warning", variable, message, fix, edit)
+def warning(variable: str, message: str, fix: str, edit: Edit | None = None, *,
+            source: str = "") -> Finding:
+    return Finding("warning", variable, message, fix, edit, source)
 
 
-def info(variable: str, message: str, fix: str = "", edit: Edit | None = None) -> Finding:
-    return Finding("info", variable, message, fix, edit)
+def info(variable: str, message: str, fix: str = "", edit: Edit | None = None, *,
+         source: str = "") -> Finding:
+    return Finding("info", variable, message, fix, edit, source)

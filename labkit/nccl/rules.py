@@ -1,152 +1,205 @@
-"""Rules that look at several variables at once: contradictions, ranks, launcher mistakes.
+"""Rules that look at several variables at once: known-broken combinations, contradictions,
+ranks, launcher mistakes. ``RULES`` is data: each ``Rule`` names the source that backs it.
 
-Each rule is ``rule(env) -> list[Finding]``; ``RULES`` lists them in the order they report.
+    for rule in RULES:
+        findings += rule.apply(ctx)
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-from labkit.nccl.findings import Edit, Finding, error, info, warning
-from labkit.nccl.registry import REGISTRY, in_torchrun_worker
-from labkit.nccl.syntax import nccl_int, parse_int, torch_bool
+from labkit.nccl import rules_torch
+from labkit.nccl.context import Context, Rule
+from labkit.nccl.findings import Finding, error, info, warning
+from labkit.nccl.registry import ALIASES, REGISTRY
+from labkit.nccl.registry_plugins import IBEXT
+from labkit.nccl.syntax import (
+    ALGORITHMS,
+    FUNCTIONS,
+    PROTOCOLS,
+    SUPPORTED,
+    nccl_int,
+    parse_token_list,
+)
+from labkit.nccl.variable import NCCL_DOC, NCCL_GITHUB
 
-Rule = Callable[[Mapping[str, str]], list[Finding]]
 
-
-def _is_one(env: Mapping[str, str], name: str) -> bool:
+def is_one(env: Mapping[str, str], name: str) -> bool:
     return nccl_int(env.get(name, "")) == 1
 
 
-def ib_disabled_with_hca(env: Mapping[str, str]) -> list[Finding]:
-    """NCCL_IB_DISABLE=1 turns IB off, so an HCA list (or NCCL_NET=IB) cannot apply."""
-    found = []
-    if _is_one(env, "NCCL_IB_DISABLE") and "NCCL_IB_HCA" in env:
-        found.append(warning("NCCL_IB_HCA", "ignored: NCCL_IB_DISABLE=1 turns InfiniBand/RoCE off",
-                             "drop one of the two"))
-    if _is_one(env, "NCCL_IB_DISABLE") and env.get("NCCL_NET", "").upper() == "IB":
+def ib_disabled_with_hca(ctx: Context) -> list[Finding]:
+    """IB off (NCCL_IB_DISABLE=1 or NCCL_NET=Socket): an HCA list cannot apply; NCCL_NET=IB
+    fails."""
+    env, found = ctx.env, []
+    ibext = any(p.plugin.reads_ib for p in ctx.plugins) or ctx.ib_replaced is not None
+    socket_only = env.get("NCCL_NET", "").lower() == "socket"
+    if (is_one(env, "NCCL_IB_DISABLE") or socket_only) and "NCCL_IB_HCA" in env and not ibext:
+        why = "NCCL_NET=Socket forces IP sockets" if socket_only else \
+            "NCCL_IB_DISABLE=1 turns InfiniBand/RoCE off"
+        found.append(warning("NCCL_IB_HCA", f"ignored: {why}", "drop one of the two"))
+    if is_one(env, "NCCL_IB_DISABLE") and env.get("NCCL_NET", "").upper() == "IB":
         found.append(error("NCCL_NET", "NCCL_NET=IB forces the IB network that NCCL_IB_DISABLE=1 "
-                           "turns off: communicator init fails", "drop one of the two"))
+                           "turns off, and NCCL_NET does not fall back: communicator init fails",
+                           "drop one of the two", source=f"{NCCL_DOC}#nccl-net"))
     return found
 
 
-def p2p_disabled_with_level(env: Mapping[str, str]) -> list[Finding]:
-    """paths.cc reads NCCL_P2P_DISABLE first; =1 wins over any NCCL_P2P_LEVEL."""
-    if _is_one(env, "NCCL_P2P_DISABLE") and "NCCL_P2P_LEVEL" in env:
+def ib_disable_with_plugin(ctx: Context) -> list[Finding]:
+    """NCCL_IB_DISABLE is read by NCCL's own IB transport only, not by external net plugins."""
+    if not is_one(ctx.env, "NCCL_IB_DISABLE") or not ctx.plugins:
+        return []
+    used = ctx.plugins[0]
+    if used.plugin.reads_ib:
+        return [warning("NCCL_IB_DISABLE", f"{used.plugin.title} is in use ({used.evidence}): it "
+                        "reads NCCL_IBEXT_DISABLE, not NCCL_IB_DISABLE, so its IB transport stays "
+                        "on and NCCL_IB_DISABLE=1 does not force sockets", "NCCL_IBEXT_DISABLE=1 "
+                        "(or NCCL_NET=Socket) to really turn IB off", source=IBEXT + "ib_plugin.c")]
+    return [info("NCCL_IB_DISABLE", f"turns off NCCL's internal IB transport only; "
+                 f"{used.plugin.title} ({used.evidence}) carries the traffic and reads its own "
+                 "variables", source=used.plugin.source)]
+
+
+def p2p_disabled_with_level(ctx: Context) -> list[Finding]:
+    """ncclGetLevel reads NCCL_P2P_DISABLE first; =1 wins over any NCCL_P2P_LEVEL."""
+    if is_one(ctx.env, "NCCL_P2P_DISABLE") and "NCCL_P2P_LEVEL" in ctx.env:
         return [warning("NCCL_P2P_LEVEL", "ignored: NCCL_P2P_DISABLE=1 wins (NCCL reads it first)",
                         "drop one of the two")]
     return []
 
 
-def socket_threads(env: Mapping[str, str]) -> list[Finding]:
-    """NCCL's docs: NSOCKS_PERTHREAD x SOCKET_NTHREADS cannot exceed 64."""
-    threads = nccl_int(env.get("NCCL_SOCKET_NTHREADS", "1")) or 1
-    socks = nccl_int(env.get("NCCL_NSOCKS_PERTHREAD", "1")) or 1
-    if threads * socks > 64:
-        return [error("NCCL_NSOCKS_PERTHREAD", f"NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = "
-                      f"{threads * socks}: NCCL allows at most 64", "e.g. 4 x 4 on a 100G network")]
+def socket_threads(ctx: Context) -> list[Finding]:
+    """net_socket.cc: more than 64 sockets -> NCCL lowers NSOCKS_PERTHREAD (and WARNs)."""
+    threads = min(nccl_int(ctx.env.get("NCCL_SOCKET_NTHREADS", "1")) or 1, 16)
+    socks = nccl_int(ctx.env.get("NCCL_NSOCKS_PERTHREAD", "1")) or 1
+    if threads > 0 and threads * socks > 64:
+        return [warning("NCCL_NSOCKS_PERTHREAD", f"NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = "
+                        f"{threads * socks}, above NCCL's 64: it lowers NCCL_NSOCKS_PERTHREAD to "
+                        f"{64 // threads} and warns", "e.g. 4 x 4 on a 100G network")]
     return []
 
 
-def min_above_max(env: Mapping[str, str]) -> list[Finding]:
-    """A minimum channel/CTA count above the maximum."""
+def min_above_max(ctx: Context) -> list[Finding]:
+    """A minimum channel/CTA count above the maximum (init.cc: minCTAs is set to maxCTAs)."""
     found = []
     for low_name, high_name in (("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"),
                                 ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS")):
-        low, high = nccl_int(env.get(low_name, "")), nccl_int(env.get(high_name, ""))
+        low, high = nccl_int(ctx.env.get(low_name, "")), nccl_int(ctx.env.get(high_name, ""))
         if low is not None and high is not None and low > high:
-            found.append(warning(low_name, f"{low_name}={low} is above {high_name}={high}",
+            what = ": NCCL sets both to the maximum" if low_name == "NCCL_MIN_CTAS" else ""
+            found.append(warning(low_name, f"{low_name}={low} is above {high_name}={high}{what}",
                                  "set the minimum at or below the maximum"))
     return found
 
 
-def renamed_twice(env: Mapping[str, str]) -> list[Finding]:
-    """Old and new name both set: the new one wins (c10d ``getCvar*`` prefers the first name)."""
-    found = []
+def renamed_twice(ctx: Context) -> list[Finding]:
+    """Old and new name both set: PyTorch's getCvar* prefers the new name; NCCL's docs say the
+    most restrictive of NCCL_M*_NCHANNELS and NCCL_M*_CTAS is used."""
+    found, env = [], ctx.env
     for var in REGISTRY.values():
         new = var.deprecated_by
         if new and var.name in env and new in env and env[new] != env[var.name]:
+            wins = f"{var.name} is ignored" if var.name in ALIASES else \
+                "the most restrictive is used" if var.owner == "nccl" else f"{new} wins"
             found.append(warning(var.name, f"both {var.name}={env[var.name]} and {new}={env[new]}"
-                                 f" are set: {new} wins", f"drop {var.name}"))
+                                 f" are set: {wins}", f"drop {var.name}", source=var.link))
     return found
 
 
-def blocking_wait(env: Mapping[str, str]) -> list[Finding]:
-    """TORCH_NCCL_BLOCKING_WAIT raises after the process-group timeout, not right away."""
-    name = next((n for n in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT") if n in env), None)
-    if name and torch_bool(env[name]):
-        return [info(name, "wait() now blocks and raises once init_process_group's timeout "
-                     "expires (10 min by default for NCCL): not fast, and it does not prevent the "
-                     "hang; the watchdog (TORCH_NCCL_ASYNC_ERROR_HANDLING, default 3) already "
-                     "tears the job down after the same timeout",
-                     "pass init_process_group(timeout=timedelta(seconds=...)); to find the rank "
-                     "that hangs use TORCH_DISTRIBUTED_DEBUG=DETAIL and the flight recorder")]
-    return []
+OFFLOAD = {"collnetdirect", "collnetchain", "nvls", "nvlstree"}  # need NVSwitch / a CollNet plugin
 
 
-def flight_recorder(env: Mapping[str, str]) -> list[Finding]:
-    """Dumping on timeout needs a trace buffer."""
-    size = parse_int(env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "1"))
-    if torch_bool(env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "0")) and size == 0:
-        return [warning("TORCH_NCCL_DUMP_ON_TIMEOUT", "nothing to dump: TORCH_NCCL_TRACE_BUFFER_"
-                        "SIZE=0 turns the flight recorder off",
-                        "TORCH_NCCL_TRACE_BUFFER_SIZE=2000")]
-    return []
-
-
-def ranks(env: Mapping[str, str]) -> list[Finding]:
-    """WORLD_SIZE / RANK / LOCAL_RANK / LOCAL_WORLD_SIZE must agree with each other."""
-    world, rank = parse_int(env.get("WORLD_SIZE", "")), parse_int(env.get("RANK", ""))
-    local, local_world = parse_int(env.get("LOCAL_RANK", "")), \
-        parse_int(env.get("LOCAL_WORLD_SIZE", ""))
+def algorithm_coverage(ctx: Context) -> list[Finding]:
+    """Since 2.24 an NCCL_ALGO / NCCL_PROTO list that leaves a collective without any algorithm
+    it can run makes that collective fail; Broadcast and Reduce run only on Ring."""
     found = []
-    if world and rank is not None and rank >= world:
-        found.append(error("RANK", f"RANK={rank} but WORLD_SIZE={world}: ranks go 0 to {world - 1}",
-                           "RANK < WORLD_SIZE"))
-    if local_world and local is not None and local >= local_world:
-        found.append(error("LOCAL_RANK", f"LOCAL_RANK={local} but LOCAL_WORLD_SIZE={local_world}",
-                           "LOCAL_RANK < LOCAL_WORLD_SIZE"))
-    if world and local_world and local_world > world:
-        found.append(error("LOCAL_WORLD_SIZE", f"LOCAL_WORLD_SIZE={local_world} is above "
-                           f"WORLD_SIZE={world}", "ranks per node <= total ranks"))
-    elif world and local_world and world % local_world:
-        found.append(info("WORLD_SIZE", f"WORLD_SIZE={world} is not a multiple of "
-                          f"LOCAL_WORLD_SIZE={local_world}: nodes run different rank counts"))
+    for name, tokens, supported in (("NCCL_ALGO", ALGORITHMS, SUPPORTED),
+                                    ("NCCL_PROTO", PROTOCOLS, {})):
+        value = ctx.env.get(name, "")
+        if not value or "$" in value:
+            continue
+        parsed = parse_token_list(value, tokens)
+        if parsed.problems:
+            continue  # the value check reports those
+        empty, hardware = [], []
+        for function in FUNCTIONS:
+            enabled = parsed.enabled[function.lower()]
+            usable = enabled & supported.get(function.lower(), enabled)
+            if not usable:
+                empty.append(function)
+            elif supported and not usable & {"ring", "tree"}:
+                hardware.append(function)
+        named = {t.lower() for entry in value.split(";") for t in entry.split(":")[-1].split(",")
+                 if not entry.split(":")[-1].startswith("^")}
+        offload = named & OFFLOAD and "ring" not in named
+        if empty and ctx.target.at_least("2.24"):
+            make = warning if offload and supported else error
+            why = (" (a list of offload algorithms only, as in a benchmark of them: the other "
+                   "collectives still fail)" if make is warning else "")
+            found.append(make(name, f"'{value}' leaves {', '.join(empty)} with no algorithm "
+                              f"{'it can run' if supported else 'or protocol'}: since NCCL "
+                              "2.24 there is no fallback, so they fail with ncclInvalidUsage "
+                              "('No algorithm/protocol available'); Broadcast and Reduce run "
+                              f"only on Ring{why} (checked against {ctx.target.describe()})",
+                              "add Ring (e.g. NCCL_ALGO=Ring,Tree), or "
+                              "restrict per collective: NCCL_ALGO='allreduce:tree'",
+                              source=f"{NCCL_DOC}#nccl-algo"))
+        elif empty:
+            found.append(info(name, f"'{value}' leaves {', '.join(empty)} with no algorithm it "
+                              f"can run: NCCL {ctx.target.text} falls back to another, NCCL 2.24 "
+                              "and later fail them with ncclInvalidUsage", "add Ring",
+                              source=f"{NCCL_DOC}#nccl-algo"))
+        if hardware and not empty:
+            found.append(warning(name, f"'{value}' leaves {', '.join(hardware)} only algorithms "
+                                 "that need particular hardware (NVLS: NVSwitch; CollNet: a "
+                                 "CollNet plugin; PAT: one GPU per node): elsewhere they fail",
+                                 "keep Ring in the list",
+                                 source=NCCL_GITHUB + "src/graph/tuning.cc#L289-L298"))
     return found
 
 
-def rank_per_node(env: Mapping[str, str]) -> list[Finding]:
-    """The guide's ``RANK=$NODE_RANK``: RANK is per process, and torchrun sets it."""
-    if "RANK" not in env or in_torchrun_worker(env):
-        return []
-    local_world = parse_int(env.get("LOCAL_WORLD_SIZE", "")) or 0
-    per_node = "NODE_RANK" in env["RANK"]
-    if local_world > 1 or per_node:
-        why = "$NODE_RANK gives every process on a node the same rank; " if per_node else ""
-        return [warning("RANK", f"{why}RANK must be unique per process: under torchrun, do not "
-                        "set RANK yourself; torchrun sets RANK, LOCAL_RANK and WORLD_SIZE per "
-                        "process", "drop RANK; give torchrun --node-rank (or use --rdzv-backend="
-                        "c10d, which numbers nodes itself)",
-                        Edit("comment", reason="torchrun sets RANK per process"))]
+def mnnvl_without_cumem(ctx: Context) -> list[Finding]:
+    """NCCL's docs: MNNVL needs cuMem; NCCL_MNNVL_ENABLE=1 fails init if MNNVL cannot be used."""
+    if ctx.env.get("NCCL_MNNVL_ENABLE", "").strip() == "1" and \
+            ctx.env.get("NCCL_CUMEM_ENABLE", "").strip() == "0":
+        return [error("NCCL_MNNVL_ENABLE", "=1 requires MNNVL, which needs cuMem (NCCL's docs), "
+                      "but NCCL_CUMEM_ENABLE=0 turns cuMem off: communicator init fails",
+                      "drop NCCL_CUMEM_ENABLE=0, or use NCCL_MNNVL_ENABLE=2 (auto)")]
     return []
 
 
-def loopback_master(env: Mapping[str, str]) -> list[Finding]:
-    """A loopback MASTER_ADDR cannot be reached from other nodes."""
-    address = env.get("MASTER_ADDR", "")
-    world = parse_int(env.get("WORLD_SIZE", "")) or 0
-    local_world = parse_int(env.get("LOCAL_WORLD_SIZE", "")) or world
-    try:
-        loopback = address == "localhost" or ipaddress.ip_address(address.strip("[]")).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback and world > local_world:
-        return [warning("MASTER_ADDR", f"{address} is loopback but WORLD_SIZE={world} spans "
-                        "several nodes: other nodes cannot reach it", "the IP of rank 0's node")]
+def graph_ordering_with_mixing(ctx: Context) -> list[Finding]:
+    """NCCL's docs: NCCL_GRAPH_STREAM_ORDERING=0 with graph mixing is not supported."""
+    if ctx.env.get("NCCL_GRAPH_STREAM_ORDERING", "").strip() == "0" and \
+            ctx.env.get("NCCL_GRAPH_MIXING_SUPPORT", "").strip() == "1":
+        return [warning("NCCL_GRAPH_STREAM_ORDERING", "=0 together with "
+                        "NCCL_GRAPH_MIXING_SUPPORT=1 (graph mixing) is not supported (NCCL's "
+                        "docs)", "NCCL_GRAPH_MIXING_SUPPORT=0, or drop the ordering bypass")]
     return []
 
 
-RULES: list[Rule] = [ib_disabled_with_hca, p2p_disabled_with_level, socket_threads,
-                     min_above_max, renamed_twice, blocking_wait, flight_recorder, ranks,
-                     rank_per_node, loopback_master]
+def nvls_with_multi_rank_gpu(ctx: Context) -> list[Finding]:
+    """NCCL's docs: NVLS=1 makes init fail when several ranks share a GPU."""
+    if ctx.env.get("NCCL_NVLS_ENABLE", "").strip() == "1" and \
+            is_one(ctx.env, "NCCL_MULTI_RANK_GPU_ENABLE"):
+        return [warning("NCCL_NVLS_ENABLE", "=1 with NCCL_MULTI_RANK_GPU_ENABLE=1: communicator "
+                        "init fails wherever ranks really share a GPU (NCCL's docs; 2 silently "
+                        "disables NVLS instead)", "NCCL_NVLS_ENABLE=2 (the default)")]
+    return []
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("ib-off-with-hca", f"{NCCL_DOC}#nccl-ib-disable", ib_disabled_with_hca),
+    Rule("ib-disable-with-plugin", IBEXT + "ib_plugin.c#L376", ib_disable_with_plugin),
+    Rule("p2p-disable-wins", NCCL_GITHUB + "src/graph/paths.cc#L244-L256", p2p_disabled_with_level),
+    Rule("socket-threads-64", NCCL_GITHUB + "src/transport/net_socket.cc#L390-L396",
+         socket_threads),
+    Rule("min-above-max", NCCL_GITHUB + "src/init.cc#L2190-L2194", min_above_max),
+    Rule("renamed-twice", f"{NCCL_DOC}#nccl-min-nchannels", renamed_twice),
+    Rule("algo-no-fallback", f"{NCCL_DOC}#nccl-algo", algorithm_coverage),
+    Rule("mnnvl-needs-cumem", f"{NCCL_DOC}#nccl-mnnvl-enable", mnnvl_without_cumem),
+    Rule("graph-ordering-mixing", f"{NCCL_DOC}#nccl-graph-stream-ordering",
+         graph_ordering_with_mixing),
+    Rule("nvls-multi-rank-gpu", f"{NCCL_DOC}#nccl-multi-rank-gpu-enable", nvls_with_multi_rank_gpu),
+) + rules_torch.RULES_TORCH

@@ -17,8 +17,19 @@ from dataclasses import dataclass, field
 PATH_NAMES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")  # topo.cc
 LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")  # paths.cc levelsOldToNew
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+# First release that knows each algorithm token (env docs' NCCL_ALGO table; CollNet: 2.5 to 2.13).
+ALGORITHM_SINCE = {"tree": "2.5", "ring": "2.5", "collnet": "2.5", "collnetdirect": "2.14",
+                   "collnetchain": "2.14", "nvls": "2.17", "nvlstree": "2.18", "pat": "2.23"}
+ALGORITHM_UNTIL = {"collnet": "2.14"}  # first release that no longer knows it
 PROTOCOLS = ("LL", "LL128", "Simple")
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+# Which algorithms NCCL's tuning model can run per function (src/graph/tuning.cc, 2.23 to 2.30):
+# Broadcast and Reduce only Ring; AllGather/ReduceScatter Ring, PAT, NVLS, CollNetDirect;
+# AllReduce everything but PAT. Beyond Ring, each needs hardware (NVSwitch, SHARP, 1 GPU/node).
+SUPPORTED = {"broadcast": {"ring"}, "reduce": {"ring"},
+             "allgather": {"ring", "pat", "nvls", "collnetdirect"},
+             "reducescatter": {"ring", "pat", "nvls", "collnetdirect"},
+             "allreduce": {"ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree"}}
 SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "ALLOC_HOST",
               "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "DESTROY", "ALL")
 TORCH_TRUE = ("y", "yes", "1", "t", "true")  # c10d getCvarBool
@@ -34,6 +45,8 @@ class NameList:
     entries: list[tuple[str, str]] = field(default_factory=list)  # (name, ":port..." or "")
     problems: list[str] = field(default_factory=list)  # NCCL misreads these
     notes: list[str] = field(default_factory=list)  # NCCL reads these, maybe not as meant
+    spaced: list[str] = field(default_factory=list)  # entries with blanks: they match nothing
+    globs: list[str] = field(default_factory=list)  # entries with '*' or '?': compared literally
 
     def matches(self, name: str, entry: str) -> bool:
         return name == entry if self.exact else name.startswith(entry)
@@ -68,7 +81,13 @@ def parse_name_list(value: str, *, with_ports: bool) -> NameList:
             continue
         name, sep, rest = raw.partition(":")
         if name != name.strip():
-            result.problems.append(f"'{raw}' has spaces: NCCL compares them as part of the name")
+            result.spaced.append(raw)
+        elif name.startswith(("^", "=")) and len(result.entries) > 0:
+            result.notes.append(f"'{raw}': '^' and '=' count only at the start of the whole "
+                                "list; here they are part of the name, so this entry matches "
+                                "nothing (write one list: ^=a,b)")
+        if any(c in name for c in "*?["):
+            result.globs.append(name)
         if sep and not with_ports:
             result.notes.append(f"'{raw}': NCCL cuts the name at ':' and ignores the rest")
         if sep and with_ports:
@@ -106,29 +125,41 @@ class TokenList:
 
     per_function: bool = False  # uses the 2.24+ "function:list;..." form
     problems: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # tokens this release does not know
+    enabled: dict[str, set[str]] = field(default_factory=dict)  # function -> tokens it may use
 
 
-def parse_token_list(value: str, tokens: tuple[str, ...]) -> TokenList:
-    """Mirror NCCL's ``parseList``: unknown tokens or functions are errors (NCCL fails)."""
-    result = TokenList()
-    known = {t.lower() for t in tokens}
+def parse_token_list(value: str, tokens: tuple[str, ...],
+                     known: set[str] | None = None) -> TokenList:
+    """Mirror NCCL's 2.24+ ``parseList`` (src/graph/tuning.cc): ``;`` separates entries, only the
+    first may lack ``function:``, ``^`` inverts a list, tokens compare case-insensitively; an
+    unknown token or function makes NCCL fail. ``known``: the tokens of the target release."""
+    known = known if known is not None else {t.lower() for t in tokens}
+    result = TokenList(enabled={f.lower(): set(known) for f in FUNCTIONS})
     functions = {f.lower() for f in FUNCTIONS}
     for index, entry in enumerate(p for p in value.split(";") if p):
-        parts = [p for p in entry.split(":") if p]
+        parts = entry.split(":")
         if len(parts) == 1 and index > 0:
             result.problems.append(f"'{entry}': every entry after the first needs 'function:'")
-        if len(parts) >= 2:
+        prefix = parts[0].lower() if len(parts) >= 2 else None
+        if prefix is not None:
             result.per_function = True
-            if parts[0].lower() not in functions:
+            if prefix not in functions:
                 known_functions = ", ".join(FUNCTIONS)
                 result.problems.append(f"unknown function '{parts[0]}' (known: {known_functions})")
-        elements = parts[-1] if parts else ""
+        elements = parts[1] if len(parts) >= 2 else parts[0]
+        invert = elements.startswith("^")
+        chosen = {t.lower() for t in elements.removeprefix("^").split(",") if t}
         for token in (t for t in elements.removeprefix("^").split(",") if t):
             if token.lower() not in known:
                 hint = " (split into CollnetDirect and CollnetChain in 2.14)" \
                     if token.lower() == "collnet" else ""
-                known_tokens = ", ".join(tokens)
-                result.problems.append(f"unknown token '{token}'{hint} (known: {known_tokens})")
+                result.unknown.append(token)
+                result.problems.append(f"unknown token '{token}'{hint} (known: "
+                                       f"{', '.join(t for t in tokens if t.lower() in known)})")
+        selected = known - chosen if invert else chosen & known
+        for function in ([prefix] if prefix in functions else [] if prefix else functions):
+            result.enabled[function] = set(selected)
     return result
 
 

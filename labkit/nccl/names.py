@@ -1,0 +1,88 @@
+"""Names the registry does not know: what to say about them, and typo hints only for likely
+typos of a known name of the same software (then a warning: the intended setting is not applied).
+
+A hint is offered only within two edits (one for short names) and never for a name that merely
+adds or drops a whole ``_WORD_`` (``NCCL_TIMEOUT`` is not ``NCCL_IB_TIMEOUT``); a name with a
+plugin's or library's prefix (``FI_``, ``OFI_NCCL_``, ``NCCL_FASTRAK_`` ...) gets no NCCL hint.
+"""
+
+from __future__ import annotations
+
+from labkit.nccl.context import Context
+from labkit.nccl.findings import Finding, info, warning
+from labkit.nccl.registry import (
+    DIST_DOC,
+    NCCL_DOC,
+    REGISTRY,
+    TORCH_NCCL_DOC,
+    plugin_prefix,
+)
+from labkit.nccl.registry_nccl_source import RELEASES
+
+SOURCE_SPAN = f"{RELEASES[0]} to {RELEASES[-1]}"
+NCCL_TREE = f"https://github.com/NVIDIA/nccl/tree/v{RELEASES[-1]}-1/src"
+
+
+def unknown_variable(name: str, ctx: Context) -> list[Finding]:
+    """An info for a name the registry does not know, under a prefix the checker watches."""
+    owner = plugin_prefix(name)
+    if owner is not None:
+        software, source = owner
+        return [info(name, f"read by {software}, but not one of the {software} variables this "
+                     "checker lists: its value is not checked", f"check the name at {source}",
+                     source=source)]
+    if name.startswith("NCCL_"):
+        rccl = any(n.startswith(("RCCL_", "HSA_")) for n in ctx.env)
+        also = "; RCCL may read it (this config sets RCCL/HSA variables)" if rccl else \
+            "; a framework may read it itself, which this checker cannot see"
+        hint = _hint(name, "nccl", ctx)
+        make = warning if hint and not rccl else info  # one or two letters off: a typo
+        return [make(name, f"not a variable NCCL reads: none of NCCL {SOURCE_SPAN}'s sources "
+                     f"names it, so NCCL ignores it{also}", hint + f"check the name at {NCCL_DOC}",
+                     source=NCCL_TREE)]
+    if name.startswith(("TORCH_NCCL_", "TORCH_FR_", "TORCH_DIST")):
+        hint = _hint(name, "pytorch", ctx)
+        make = warning if hint else info
+        return [make(name, "not a variable this checker knows torch 2.13 to read (its c10d "
+                     "headers, libtorch and torch.distributed)", hint +
+                     f"check the name at {TORCH_NCCL_DOC}", source=TORCH_NCCL_DOC)]
+    if name.startswith("GLOO_"):
+        return [info(name, "not a variable this checker knows", _hint(name, "gloo", ctx) +
+                     f"check the name at {DIST_DOC}", source=DIST_DOC)]
+    return []
+
+
+def _hint(name: str, owner: str, ctx: Context) -> str:
+    limit = 1 if len(name) < 12 else 2
+    best = None
+    for candidate, var in REGISTRY.items():
+        if var.owner != owner or candidate in ctx.env or abs(len(candidate) - len(name)) > limit:
+            continue
+        distance = edit_distance(name, candidate)
+        if distance <= limit and not _whole_word_apart(name, candidate) and \
+                (best is None or distance < best[0]):
+            best = (distance, candidate)
+    return f"did you mean {best[1]}? " if best else ""
+
+
+def _whole_word_apart(a: str, b: str) -> bool:
+    """Whether one name is the other with whole ``_`` words added or removed."""
+    short, long = sorted((a.split("_"), b.split("_")), key=len)
+    if len(short) == len(long):
+        return False
+    rest = iter(long)
+    return all(word in rest for word in short)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions, swaps."""
+    rows = [list(range(len(b) + 1))]
+    for i, char in enumerate(a, 1):
+        row = [i]
+        for j, other in enumerate(b, 1):
+            cost = 0 if char == other else 1
+            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost))
+            if i > 1 and j > 1 and char == b[j - 2] and a[i - 2] == other:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]

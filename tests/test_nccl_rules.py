@@ -1,0 +1,153 @@
+"""labkit.nccl's rules across variables (``RULES``, each with its source) and plugin configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.nccl import check_env, parse_env_file, render_exports
+from labkit.nccl.rules import RULES
+
+
+def found(env, severity, variable, text, **options):
+    findings = check_env(env, **options)
+    hits = [f for f in findings if (f.severity, f.variable) == (severity, variable)
+            and text in f.message]
+    assert hits, [f.to_dict() for f in findings]
+    return hits[0]
+
+
+def errors(env, **options):
+    return [f.to_dict() for f in check_env(env, **options) if f.severity == "error"]
+
+
+def test_every_rule_is_data_with_a_source():
+    assert len({rule.name for rule in RULES}) == len(RULES) >= 12
+    assert all(rule.source.startswith("https://") for rule in RULES)
+
+
+@pytest.mark.parametrize("value,functions", [
+    ("Tree", "Broadcast, Reduce, AllGather, ReduceScatter"),
+    ("^Ring", "Broadcast, Reduce"),
+    ("Tree,PAT", "Broadcast, Reduce"),
+    ("allreduce:tree;broadcast:tree", "leaves Broadcast with"),
+])
+def test_algo_list_without_a_supported_algorithm_fails_since_2_24(value, functions):
+    finding = found({"NCCL_ALGO": value}, "error", "NCCL_ALGO", functions)
+    assert "no fallback" in finding.message and "nccl-algo" in finding.source
+    assert not errors({"NCCL_ALGO": value}, nccl_version="2.23.4")
+    found({"NCCL_ALGO": value}, "info", "NCCL_ALGO", "falls back", nccl_version="2.23.4")
+
+
+def test_algo_lists_that_keep_every_collective_running_are_not_errors():
+    for value in ("Ring", "Ring,Tree", "allreduce:tree", "^tree", "ring;allreduce:tree,ring"):
+        assert not errors({"NCCL_ALGO": value}), value
+    found({"NCCL_ALGO": "NVLS,Ring"}, "warning", "NCCL_ALGO", "debug-only")
+    # offload benchmarks (CollNet/SHARP, NVLS): a warning, since the other collectives fail
+    found({"NCCL_ALGO": "CollnetChain", "NCCL_COLLNET_ENABLE": "1"}, "warning", "NCCL_ALGO",
+          "offload algorithms only")
+    found({"NCCL_PROTO": "allreduce:^LL,LL128,Simple"}, "error", "NCCL_PROTO", "AllReduce")
+
+
+def test_blocking_wait_with_async_error_handling_drops_the_watchdog():
+    env = {"NCCL_BLOCKING_WAIT": "1", "NCCL_ASYNC_ERROR_HANDLING": "1"}
+    finding = found(env, "warning", "NCCL_BLOCKING_WAIT", "no watchdog thread")
+    assert "ProcessGroupNCCL.cpp" in finding.source
+    found(env, "warning", "NCCL_ASYNC_ERROR_HANDLING", "ignored")
+    found({"TORCH_NCCL_BLOCKING_WAIT": "true", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, "warning",
+          "TORCH_NCCL_ASYNC_ERROR_HANDLING", "ignored")
+    assert not [f for f in check_env({"TORCH_NCCL_BLOCKING_WAIT": "0",
+                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+                if f.severity != "info"]
+
+
+@pytest.mark.parametrize("value,severity,text", [
+    ("2", "warning", "4.096 us x 2^2 = 16 us per attempt, x 7 retries = 115 us"),
+    ("10", "warning", "far too short"),
+    ("16", "info", "shorter than NCCL's default"),
+    ("0", "warning", "infinite"),
+    ("22", None, ""),
+])
+def test_ib_timeout_arithmetic(value, severity, text):
+    if severity is None:
+        assert check_env({"NCCL_IB_TIMEOUT": value}) == []
+        return
+    found({"NCCL_IB_TIMEOUT": value}, severity, "NCCL_IB_TIMEOUT", text)
+    assert "x 3 retries" in found({"NCCL_IB_TIMEOUT": "4", "NCCL_IB_RETRY_CNT": "3"}, "warning",
+                                  "NCCL_IB_TIMEOUT", "far too short").message
+
+
+def test_wildcards_are_literal_in_interface_and_hca_lists():
+    finding = found({"NCCL_SOCKET_IFNAME": "^lo,docker*"}, "warning", "NCCL_SOCKET_IFNAME",
+                    "'docker*' excludes nothing")
+    assert finding.edit.value == "^lo,docker"
+    found({"NCCL_SOCKET_IFNAME": "eth*,en*"}, "error", "NCCL_SOCKET_IFNAME", "on any host")
+    found({"NCCL_IB_HCA": "mlx5_*"}, "error", "NCCL_IB_HCA", "no HCA matches on any host")
+    found({"NCCL_SOCKET_IFNAME": "eth0,eth*"}, "warning", "NCCL_SOCKET_IFNAME", "matches nothing")
+    found({"NCCL_IB_HCA": "^=mlx5_8,^=mlx5_14"}, "warning", "NCCL_IB_HCA", "start of the whole")
+
+
+def test_ib_disable_with_an_external_ib_plugin_does_not_force_sockets():
+    found({"NCCL_IB_DISABLE": "1", "NCCL_NET_PLUGIN": "libnccl-net-ibext.so"}, "warning",
+          "NCCL_IB_DISABLE", "NCCL_IBEXT_DISABLE")
+    found({"NCCL_IB_DISABLE": "1", "NCCL_IBEXT_DISABLE": "0"}, "warning", "NCCL_IB_DISABLE",
+          "its IB transport stays on")
+    found({"NCCL_IB_DISABLE": "1", "OFI_NCCL_PROTOCOL": "RDMA"}, "info", "NCCL_IB_DISABLE",
+          "internal IB transport only")
+    found({"NCCL_IB_DISABLE": "1", "NCCL_NET": "IB"}, "error", "NCCL_NET", "init fails")
+    found({"NCCL_IB_DISABLE": "1", "NCCL_IB_HCA": "=mlx5_0"}, "warning", "NCCL_IB_HCA", "ignored")
+
+
+# GCP's TCPX test config (container-engine-accelerators gpudirect-tcpx/nccl-config-latest.yaml).
+TCPX = """-x NCCL_GPUDIRECTTCPX_FORCE_ACK=0 -x NCCL_SOCKET_IFNAME=eth0
+-x NCCL_DYNAMIC_CHUNK_SIZE=524288 -x NCCL_P2P_NET_CHUNKSIZE=524288 -x NCCL_P2P_PCI_CHUNKSIZE=524288
+-x NCCL_P2P_NVL_CHUNKSIZE=1048576 -x NCCL_NSOCKS_PERTHREAD=4 -x NCCL_SOCKET_NTHREADS=1
+-x NCCL_MAX_NCHANNELS=8 -x NCCL_MIN_NCHANNELS=8 -x NCCL_GPUDIRECTTCPX_SOCKET_IFNAME=eth1,eth2
+-x NCCL_GPUDIRECTTCPX_CTRL_DEV=eth0 -x NCCL_CROSS_NIC=0 -x NCCL_ALGO=Ring -x NCCL_PROTO=Simple
+-x NCCL_NET_GDR_LEVEL=PIX -x NCCL_P2P_PXN_LEVEL=0"""
+
+
+def test_vendor_settings_are_infos_and_fix_keeps_them():
+    env = {}
+    for word in TCPX.split():
+        if "=" in word:
+            name, value = word.split("=", 1)
+            env[name] = value
+    findings = check_env(env)
+    assert {f.severity for f in findings} == {"info"}, [f.to_dict() for f in findings]
+    for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NET_GDR_LEVEL"):
+        finding = next(f for f in findings if f.variable == name)
+        assert "documented configuration" in finding.message and finding.edit is None
+    assert "remove" not in " ".join(f.message + f.fix for f in findings)
+    assert parse_env_file(render_exports(env, findings)) == env
+
+
+def test_aws_efa_config_hca_selects_nothing_and_efa_guide_advice():
+    env = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "RDMAV_FORK_SAFE": "1",
+           "NCCL_IB_HCA": "mlx5", "NCCL_PROTO": "simple", "FI_EFA_NEW_THING": "1"}
+    found(env, "info", "NCCL_IB_HCA", "selects nothing")
+    found(env, "info", "FI_EFA_USE_DEVICE_RDMA", "not needed")
+    found(env, "warning", "RDMAV_FORK_SAFE", "do not use")
+    found(env, "info", "NCCL_PROTO", "documented configuration")
+    assert not errors(env)
+
+
+def test_torch_flight_recorder_and_desync_rules():
+    found({"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_BUFFER_SIZE": "0"}, "warning",
+          "TORCH_NCCL_DUMP_ON_TIMEOUT", "nothing to dump")
+    found({"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_ENABLE_MONITORING": "0"}, "warning",
+          "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_ENABLE_MONITORING=1")
+    found({"TORCH_NCCL_DESYNC_DEBUG": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}, "info",
+          "TORCH_NCCL_ASYNC_ERROR_HANDLING", "sets async error handling to 3")
+
+
+def test_other_documented_contradictions():
+    found({"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "0"}, "error", "NCCL_MNNVL_ENABLE",
+          "init fails")
+    found({"NCCL_GRAPH_STREAM_ORDERING": "0", "NCCL_GRAPH_MIXING_SUPPORT": "1"}, "warning",
+          "NCCL_GRAPH_STREAM_ORDERING", "not supported")
+    found({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"}, "warning",
+          "NCCL_NSOCKS_PERTHREAD", "lowers NCCL_NSOCKS_PERTHREAD to 4")
+    found({"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "NVL"}, "warning", "NCCL_P2P_LEVEL",
+          "NCCL_P2P_DISABLE=1 wins")
+    found({"NCCL_MIN_NCHANNELS": "8", "NCCL_MIN_CTAS": "16"}, "warning", "NCCL_MIN_NCHANNELS",
+          "most restrictive")
