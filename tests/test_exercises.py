@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from labkit.course import workshop, workshop_student
@@ -47,8 +48,13 @@ def test_notebook_exercises(path: Path, capsys):
         assert stub.splitlines()[0] == solution.source.splitlines()[0]
         assert student.cells[exercise.check].source == check.source
 
-        # self-contained: the instructor's solution and the check pass with nothing else run
+        # self-contained: the instructor's solution and the check pass with nothing else run,
+        # and start nothing (a server started here would outlive the check)
+        before = {child.pid for child in psutil.Process().children(recursive=True)}
         run_cells(path, name, solution.source, check.source)
+        started = [f"{c.pid}: {' '.join(c.cmdline())}" for c in psutil.Process().children(recursive=True)
+                   if c.pid not in before]
+        assert not started, f"{path.name}: exercise {name!r} left processes running: {started}"
 
         # the learner's copy as handed out: not done, naming this exercise
         with pytest.raises(workshop.ExerciseNotDone) as not_done:
