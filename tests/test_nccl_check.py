@@ -53,7 +53,7 @@ def test_guide_config_for_another_node_has_no_errors_and_says_how_to_check_the_n
     text = " ".join(f.message + " " + f.fix for f in findings)
     assert "mlx5_10 to mlx5_19" in text and "labkit nccl check` on the node" in text
     assert "no-op: the default; only =1 acts" in text
-    assert "reads as SYS" in text and "enables GPU-to-GPU direct transfers" in text
+    assert "reads as SYS" in text and "does not turn it on" in text and "guide" not in text
     assert all(f.source.startswith("https://") for f in findings)
 
 
@@ -155,7 +155,7 @@ BAD = [
     ({"PET_NNODES": "4:2"}, "error", "PET_NNODES", "MIN:MAX"),
     ({"TORCHELASTIC_RESTART_COUNT": "0"}, "warning", "TORCHELASTIC_RESTART_COUNT",
      "torchrun sets it"),
-    ({"NCCL_FOO_BAR": "1"}, "info", "NCCL_FOO_BAR", "not a variable NCCL reads"),
+    ({"NCCL_FOO_BAR": "1"}, "warning", "NCCL_FOO_BAR", "not a variable NCCL reads"),
     ({"NCCL_SOCKET_IFNAM": "eth0"}, "warning", "NCCL_SOCKET_IFNAM", "did you mean"),
     ({"NCCL_DEBUG": ""}, "info", "NCCL_DEBUG", "empty"),
 ]
@@ -229,7 +229,8 @@ def test_unknown_variables_are_never_errors_and_typo_hints_are_for_typos_only():
     env = {f"NCCL_MADE_UP_{i}": "x" for i in range(5)} | {"TORCH_NCCL_NEW_THING": "1",
                                                            "GLOO_DEVICE_TRANSPRT": "TCP"}
     findings = check_env(env, **HOST)
-    assert {f.severity for f in findings} == {"info"} and len(findings) == 7
+    assert len(findings) == 7 and {(f.variable.split("_")[0], f.severity) for f in findings} == {
+        ("NCCL", "warning"), ("TORCH", "warning"), ("GLOO", "info")}  # a line that does nothing
     assert check_env({"PATH": "/usr/bin", "HOME": "/root"}, **HOST) == []
     timeout = check_env({"NCCL_TIMEOUT": "1800"})  # read by frameworks, not NCCL_IB_TIMEOUT
     assert len(timeout) == 1 and "did you mean" not in timeout[0].fix
@@ -379,3 +380,10 @@ def test_run_check_reads_only_relevant_variables_from_the_environment(monkeypatc
 def test_run_check_missing_file_is_a_parameter_error(tmp_path):
     with pytest.raises(ParameterError, match="cannot read"):
         run(parse_args("--env-file", str(tmp_path / "nope.sh")))
+
+
+def test_yaml_null_and_nccl_conf_lines_reach_the_checker_as_the_launcher_and_nccl_see_them():
+    assert parse_env_file("env_vars:\n  NCCL_DEBUG: null\n  NCCL_ALGO: ~\n") == {}
+    env = parse_env_file("echo NCCL_SOCKET_IFNAME=^docker0 >> /etc/nccl.conf\n")
+    assert env == {"NCCL_SOCKET_IFNAME": "^docker0"}
+    assert any("lo" in f.message and f.severity == "warning" for f in check_env(env))

@@ -164,3 +164,28 @@ def test_plugin_variables_and_prefixes():
     assert plugin_prefix("NCCL_IB_HCA") is None
     removed = check_env({"OFI_NCCL_ENDPOINT_PER_COMM": "1"})
     assert removed[0].severity == "warning" and "ignored" in removed[0].message
+
+
+def test_only_the_deprecated_value_of_launch_mode_is_deprecated():
+    assert REGISTRY["NCCL_LAUNCH_MODE"].deprecated_values == ("GROUP",)
+    group = [f.message for f in check_env({"NCCL_LAUNCH_MODE": "group"})]
+    assert any(m.startswith("GROUP is deprecated since 2.9") for m in group)
+    assert [(f.severity, f.message) for f in check_env({"NCCL_LAUNCH_MODE": "parallel"})] == [
+        ("info", "no-op: the default")]
+
+
+@pytest.mark.parametrize("env,new,action", [
+    ({"NCCL_AVOID_RECORD_STREAMS": "1"}, "TORCH_NCCL_AVOID_RECORD_STREAMS", "rename"),
+    ({"NCCL_AVOID_RECORD_STREAMS": "1", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1"},
+     "TORCH_NCCL_AVOID_RECORD_STREAMS", "drop"),
+    ({"NCCL_NAN_CHECK": "1"}, "TORCH_NCCL_NAN_CHECK", "rename"),
+    ({"NCCL_TRACE_BUFFER_SIZE": "100"}, "TORCH_FR_BUFFER_SIZE", "rename"),  # via the old name
+])
+def test_nccl_name_of_a_torch_only_variable_does_nothing(env, new, action):
+    name = next(iter(env))
+    finding = next(f for f in check_env(env) if f.variable == name)
+    assert finding.severity == "warning" and "does nothing" in finding.message
+    assert f"PyTorch reads TORCH_{name}" in finding.message and finding.fix == f"use {new}"
+    assert finding.edit.action == action
+    legacy = [f for f in check_env({"NCCL_BLOCKING_WAIT": "1"}) if "does nothing" in f.message]
+    assert legacy == []  # a legacy name torch still reads keeps its rename finding

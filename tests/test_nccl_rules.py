@@ -151,3 +151,47 @@ def test_other_documented_contradictions():
           "NCCL_P2P_DISABLE=1 wins")
     found({"NCCL_MIN_NCHANNELS": "8", "NCCL_MIN_CTAS": "16"}, "warning", "NCCL_MIN_NCHANNELS",
           "most restrictive")
+
+
+@pytest.mark.parametrize("value,warns", [
+    ("^docker0", True), ("^=docker0,virbr0", True), ("^docker,lo", False), ("^=lo", False),
+    ("^l", False), ("eth0", False),
+])
+def test_an_exclude_list_that_leaves_lo_warns_that_bootstrap_may_pick_it(value, warns):
+    findings = [f for f in check_env({"NCCL_SOCKET_IFNAME": value}) if "bootstrap" in f.message]
+    assert bool(findings) == warns
+    if warns:  # socket.cc: a set list replaces NCCL's order; getifaddrs lists lo first
+        assert findings[0].severity == "warning" and "127.0.0.1" in findings[0].message
+        assert findings[0].edit.value == value + ",lo" and "socket.cc" in findings[0].source
+    assert not [f for f in check_env({"NCCL_SOCKET_IFNAME": "^docker0"},
+                                     interfaces={"eth0", "docker0"}) if "bootstrap" in f.message]
+
+
+@pytest.mark.parametrize("name,version,severity,text", [
+    ("NCCL_TUNER_PLUGIN", None, "warning", "NCCL_TUNER_PLUGIN=none disables it"),
+    ("NCCL_TUNER_PLUGIN", "2.24.3", "warning", "'none' is not special there"),
+    ("NCCL_PROFILER_PLUGIN", None, "warning", "NCCL_PROFILER_PLUGIN=none disables it"),
+    ("NCCL_ENV_PLUGIN", None, "warning", "libnccl-env.so"),
+    ("NCCL_NET_PLUGIN", None, "info", "the same as 'none'"),
+    ("NCCL_NET_PLUGIN", "2.26.6", "warning", "still loads libnccl-net.so"),
+    ("NCCL_TUNER_PLUGIN", "2.20.5", "info", "empty: treated as unset"),  # no default plugin yet
+])
+def test_an_empty_plugin_name_is_not_none(name, version, severity, text):
+    found({name: ""}, severity, name, text, nccl_version=version)
+
+
+def test_messages_say_only_what_applies_to_the_value():
+    algo = " ".join(f.message for f in check_env({"NCCL_ALGO": "Ring"}))
+    assert "fall back" not in algo and "fallback" not in algo
+    proto = {v: " ".join(f.message for f in check_env({"NCCL_PROTO": v}))
+             for v in ("Simple", "^LL128", "^LL", "LL128,Simple")}
+    assert ["corrupt" in text for text in proto.values()] == [False, False, True, True]
+    assert "Ring" not in found({"NCCL_PROTO": "allreduce:^LL,LL128,Simple"}, "error",
+                               "NCCL_PROTO", "no protocol").fix
+    hardware = found({"NCCL_ALGO": "allreduce:nvls"}, "warning", "NCCL_ALGO", "NVSwitch")
+    assert "PAT" not in hardware.message and "CollNet" not in hardware.message
+    efa = check_env({"NCCL_IB_DISABLE": "1", "FI_PROVIDER": "efa"})
+    assert not any("use IP sockets instead" in f.message for f in efa)
+    everything = {"NCCL_P2P_LEVEL": "5", "MASTER_ADDR": "node0", "FI_PROVIDER": "efa",
+                  "NCCL_ALGO": "Tree", "NCCL_LAUNCH_MODE": "GROUP", "NCCL_IB_TIMEOUT": "3"}
+    assert not [f for f in check_env(everything) if "guide" in (f.message + f.fix).lower()]

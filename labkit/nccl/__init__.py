@@ -11,8 +11,9 @@ NCCL's env page, ``registry_nccl_source`` which releases read what, ``registry_t
 if known, and the network plugins in use), ``syntax`` (value grammars, mirroring NCCL/PyTorch
 source), ``values`` / ``torch_values`` / ``hostfacts`` / ``plugin_checks`` (one value),
 ``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
-``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands`` and
-``yamlenv``; ``read_env_source`` refuses what is not a small text file), ``envfile`` (export
+``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands``,
+``yamlenv``, ``pydict`` (dict literals) and ``ncclconf`` (NCCL's config files), merged by
+``parsed``; ``read_env_source`` refuses what is not a small text file), ``envfile`` (export
 blocks in and out), ``cli`` (``labkit nccl check``), ``debuglog`` (what an
 ``NCCL_DEBUG=INFO`` log says).
 """

@@ -30,14 +30,27 @@ __all__ = ["Host", "check_env", "local_hcas", "local_interfaces", "options_from_
 KIND_CHECKS = {**values.KIND_CHECKS, **torch_values.KIND_CHECKS}
 NAME_CHECKS = {**values.NAME_CHECKS, **torch_values.NAME_CHECKS}
 
-# Why a debug-only variable matters, where NCCL's docs say more than their general warning.
-DEBUG_NOTES = {
-    "NCCL_ALGO": "since 2.24 NCCL does not fall back to Ring when the list leaves a collective "
-                 "without an algorithm it supports: that collective fails",
-    "NCCL_PROTO": "NCCL's docs discourage it except to disable one protocol while a bug is "
-                  "suspected; enabling LL128 where unsupported can corrupt data",
-    "NCCL_IB_DISABLE": "=1 makes NCCL use IP sockets instead of InfiniBand/RoCE",
-}
+PROTO_DOC_NOTE = ("NCCL's docs discourage it except to disable one protocol while a bug is "
+                  "suspected")
+
+
+def debug_note(name: str, value: str, plugins: bool = False) -> str:
+    """Why a debug-only setting matters, where NCCL's docs or source say more than their general
+    warning about this value: a list that turns LL128 on (parseList sets it to 1, no longer
+    the platform-dependent auto 2: src/graph/tuning.cc), IB disabled by any nonzero value (with
+    a net plugin in use the rules say what that does instead)."""
+    if name == "NCCL_PROTO":
+        forced = any((e.split(":")[-1].strip().startswith("^")) != (
+            "ll128" in {t.strip().lower() for t in e.split(":")[-1].strip().lstrip("^").split(",")})
+            for e in value.split(";") if e.split(":")[-1].strip())
+        return PROTO_DOC_NOTE + ("; this list turns LL128 on even where NCCL would leave it "
+                                 "off, and the docs warn that LL128 on a platform that does "
+                                 "not support it can corrupt data" if forced else "")
+    if name == "NCCL_IB_DISABLE" and nccl_int(value) and not plugins:
+        return f"={value} makes NCCL use IP sockets instead of InfiniBand/RoCE"
+    return ""
+
+
 PYTORCH_RENAME = ("renamed to {new}; PyTorch still reads the old name and warns 'Environment "
                   "variable {old} is deprecated; use {new} instead'")
 
@@ -95,12 +108,13 @@ def _with_source(found: list[Finding], var: Variable) -> list[Finding]:
 
 def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if value == "":
-        return [info(var.name, "empty: treated as unset", "remove the line",
-                     Edit("drop", reason="empty, treated as unset"))]
+        return plugin_checks.empty(var, ctx) or [
+            info(var.name, "empty: treated as unset", "remove the line",
+                 Edit("drop", reason="empty, treated as unset"))]
     version = _version_facts(var, ctx)
     if version is not None:
         return version
-    found = _deprecation(var, ctx)
+    found = _deprecation(var, value, ctx)
     if "$" in value:
         return found + [info(var.name, f"'{value}' is a shell expansion: its value is not "
                              "checked here")]
@@ -116,7 +130,7 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
                           + (" (NCCL lists it under Debugging)" if var.debug_only else ""),
                           source=plugin.plugin.source))
     elif var.debug_only:
-        note = DEBUG_NOTES.get(var.name, "")
+        note = debug_note(var.name, value, bool(ctx.plugins))
         found.append(warning(var.name, "debug-only: NCCL lists it under Debugging: fine for an "
                              "experiment or as a workaround, but keeping it set may cause "
                              "sub-optimal behavior, crashes or hangs as NCCL changes"
@@ -161,7 +175,7 @@ def _reads(name: str, ctx: Context) -> bool:
         and not (var.removed and ctx.target.at_least(var.removed))
 
 
-def _deprecation(var: Variable, ctx: Context) -> list[Finding]:
+def _deprecation(var: Variable, value: str, ctx: Context) -> list[Finding]:
     new = var.deprecated_by
     if var.owner == "pytorch" and new:
         edit = Edit("drop", reason=f"{new} is set") if new in ctx.env else \
@@ -172,6 +186,8 @@ def _deprecation(var: Variable, ctx: Context) -> list[Finding]:
         return []
     if var.deprecated and not ctx.target.at_least(var.deprecated):
         return []
+    if var.deprecated_values and value.strip().upper() not in var.deprecated_values:
+        return []  # only some values are deprecated (NCCL_LAUNCH_MODE=GROUP)
     if new and not _reads(new, ctx):
         return []
     since = f" since {var.deprecated}" if var.deprecated else ""
@@ -187,8 +203,10 @@ def _deprecation(var: Variable, ctx: Context) -> list[Finding]:
         edit = Edit("drop", reason=f"{new} is set") if new in ctx.env else \
             Edit("rename", new, f"renamed from {var.name}")
     else:
-        text = f"deprecated{since} (NCCL's docs); NCCL {ctx.target.text} still reads it" + \
-            (f"; use {var.successor}" if var.successor else "")
+        what = f"{value.strip().upper()} is " if var.deprecated_values else ""
+        text = f"{what}deprecated{since} (NCCL's docs); NCCL {ctx.target.text} still reads it" + \
+            (f"; use {var.successor}" if var.successor else "") + \
+            (f"; the default is {var.default}" if var.deprecated_values else "")
         edit = None
     if plugin:
         return [info(var.name, text, "", source=var.doc)]

@@ -4,8 +4,11 @@
 sets: ``export``/``declare -x``/``readonly``/Dockerfile ``ENV``/``%env``, prefix assignments
 (``A=1 B=2 cmd``), ``env``/``sudo`` assignments, ``unset``, csh ``setenv``, and launcher options
 anywhere in the command: ``mpirun -x``/``-genv``, ``docker``/``podman``/``kubectl``
-``-e``/``--env``, ``apptainer --env``, ``srun``/``sbatch --export=``, and the script of
-``bash -c``. ``slurm_export`` splits ``--export`` lists as Slurm's ``_find_quote_token`` does.
+``-e``/``--env``, ``apptainer --env``, ``srun``/``sbatch --export=``, and the scripts that run
+inside a command: ``bash -c '...'``, ``$(...)`` substitutions, and quoted strings that are shell
+statements (``cmd = "export A=1; export B=2"``). ``echo``/``printf``/``tee`` into NCCL's config
+files are read by ``labkit.nccl.ncclconf``. ``slurm_export`` splits ``--export`` lists as Slurm's
+``_find_quote_token`` does.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words
+from labkit.nccl import ncclconf
+from labkit.nccl.shellwords import RAW_ASSIGNMENT, Redirect, Token, Word, split_words, substitutions
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")  # a name given alone (mpirun -x NAME): env style only
@@ -27,33 +31,47 @@ _APPTAINER = {"apptainer", "singularity"}
 _SLURM = {"srun", "sbatch", "salloc"}
 _SHELLS = {"bash", "sh", "zsh", "dash", "ksh"}
 _SUDO_WITH_ARGUMENT = {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--user", "--group"}
+# A quoted string that is shell statements: it starts with export/env NAME=, or has an
+# ``export NAME=`` after a ; & | or newline.
+_SCRIPT = re.compile(r"\s*(?:export|env)\s+(?:-\S+\s+)*[A-Za-z_]\w*=|[\s\S]*?[;&|\n]\s*export\s+"
+                     r"[A-Za-z_]\w*=")
 
 
 class Found(NamedTuple):
     """A variable one command sets: ``value`` None when only named (``mpirun -x NAME``: the value
-    comes from elsewhere) or, with shape "unset", removed."""
+    comes from elsewhere) or, with shape "unset", removed; ``file``: the config file it was
+    written to (shape "nccl.conf")."""
 
     name: str
     value: str | None
     shape: str
+    file: str = ""
 
 
-def read_commands(tokens: list[Word | str], depth: int = 0) -> tuple[list[Found], list[str]]:
+def read_commands(tokens: list[Token], depth: int = 0) -> tuple[list[Found], list[str]]:
     """What the simple commands in ``tokens`` set, in order, and notes on what they set oddly."""
     found: list[Found] = []
     notes: list[str] = []
     command: list[Word] = []
+    redirects: list[Redirect] = []
+    piped: str | None = None  # what the command before a | printed
     for token in [*tokens, ";"]:
         if isinstance(token, Word):
             command.append(token)
-        elif command:
-            _read_command(command, found, notes, depth)
-            command = []
+        elif isinstance(token, Redirect):
+            redirects.append(token)
+        else:
+            printed = _read_command(command, redirects, found, notes, depth, piped) \
+                if command else None
+            piped = printed if token == "|" else None
+            command, redirects = [], []
     return found, notes
 
 
-def _read_command(words: list[Word], found: list[Found], notes: list[str], depth: int) -> None:
-    """One simple command: its prefix assignments, then what its command word sets."""
+def _read_command(words: list[Word], redirects: list[Redirect], found: list[Found],
+                  notes: list[str], depth: int, piped: str | None) -> str | None:
+    """One simple command: its prefix assignments, then what its command word sets; what it
+    prints, when that is known (``echo``, ``printf``), for a pipe into ``tee``."""
     i = 0
     while i < len(words) and words[i].raw in _KEYWORDS:
         i += 1
@@ -64,11 +82,19 @@ def _read_command(words: list[Word], found: list[Found], notes: list[str], depth
     for word in words[first:i]:
         name, _, value = word.value.partition("=")
         found.append(Found(name.rstrip("+"), value, shape))
+        _read_inner(word, found, notes, depth)
     if i == len(words):
-        return
+        return None
+    conf, conf_notes, printed = ncclconf.written(words[i:], redirects, piped)
+    found += [Found(s.name, s.value, ncclconf.SHAPE, s.file) for s in conf]
+    notes += conf_notes
+    if conf:
+        return printed
     command = words[i].value
     if command in _DECLARES:
         _read_declare(command, words[i + 1:], found)
+        for word in words[i + 1:]:
+            _read_inner(word, found, notes, depth)
     elif command == "unset":
         found += [Found(w.value, None, "unset") for w in words[i + 1:] if NAME.fullmatch(w.value)]
     elif command == "setenv" and len(words) > i + 1 and NAME.fullmatch(words[i + 1].value):
@@ -76,6 +102,31 @@ def _read_command(words: list[Word], found: list[Found], notes: list[str], depth
                            "setenv"))
     else:
         _read_launchers(words[i:], found, notes, depth)
+    return printed
+
+
+def _read_inner(word: Word, found: list[Found], notes: list[str], depth: int) -> None:
+    """The scripts that run inside a word: a quoted string that is shell statements, else its
+    ``$(...)`` substitutions (``OUT=$(NCCL_P2P_DISABLE=1 ./all_reduce_perf)``)."""
+    if depth >= 3 or ("$(" not in word.value and "`" not in word.value and
+                      "export" not in word.value and "env" not in word.value):
+        return
+    script = quoted_script(word)
+    for text in [script] if script is not None else substitutions(word.value):
+        inner, inner_notes = read_script(text, depth + 1)
+        found += inner
+        notes += inner_notes
+
+
+def quoted_script(word: Word) -> str | None:
+    """The text of a quoted word (or of an assignment's quoted value) when it is shell
+    statements: ``"export A=1;export B=2"``, ``'env A=1 ./run'``."""
+    raw, value = word.raw, word.value
+    if RAW_ASSIGNMENT.match(raw):
+        raw, value = raw.partition("=")[2], value.partition("=")[2]
+    if not raw.startswith(("'", '"', "$'")):
+        return None
+    return value if _SCRIPT.match(value) else None
 
 
 def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:
@@ -106,6 +157,7 @@ def _read_launchers(words: list[Word], found: list[Found], notes: list[str], dep
     scope = "fragment" if words[0].value.startswith("-") else ""
     j = 0
     while j < len(words):
+        _read_inner(words[j], found, notes, depth)
         value = words[j].value
         following = words[j + 1].value if j + 1 < len(words) else None
         base = value.rsplit("/", 1)[-1]

@@ -19,6 +19,7 @@ from labkit.nccl.syntax import NameList, parse_name_list
 from labkit.nccl.variable import NCCL_GITHUB, Variable
 
 UTILS = NCCL_GITHUB + "src/misc/utils.cc"
+FIND_INTERFACES = NCCL_GITHUB + "src/misc/socket.cc#L190-L229"
 XML_CC = NCCL_GITHUB + "src/graph/xml.cc#L409-L422"
 MAX_TOPO_BYTES = 8 << 20
 ON_THE_NODE = ("run `labkit nccl check` on the node (or add --this-host when this file is for "
@@ -58,6 +59,8 @@ def socket_ifname(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if any(f.severity == "error" for f in found):
         return found
     interfaces = ctx.host.interfaces if ctx.host else None
+    if parsed.exclude and (interfaces is None or "lo" in interfaces):
+        found += _loopback_left(var, value, parsed)
     if interfaces is None:
         prefix = "" if parsed.exact or parsed.exclude else (
             " As a prefix it also selects longer names that start the same (eth0: eth0.5).")
@@ -92,6 +95,29 @@ def socket_ifname(var: Variable, value: str, ctx: Context) -> list[Finding]:
                           "host", "name the cluster network interface for multi-node jobs",
                           source=UTILS))
     return found
+
+
+def _loopback_left(var: Variable, value: str, parsed: NameList) -> list[Finding]:
+    """An exclude list without lo. NCCL's ncclFindInterfaces (src/misc/socket.cc) uses a set
+    NCCL_SOCKET_IFNAME instead of its own order (ib*, then anything but docker*/lo/virbr*, then
+    docker*, lo, virbr*); ncclOsFindInterfaces (src/os/linux.cc) walks getifaddrs() in order and
+    bootstrap takes the first match (maxIfs 1, src/bootstrap.cc)."""
+    left = [name for name in ("lo", "docker", "virbr")
+            if not any(parsed.matches(name + ("0" if name != "lo" else ""), e)
+                       for e, _ in parsed.entries)]
+    if "lo" not in left:
+        return []
+    also = [f"{n}*" for n in left if n != "lo"]
+    fixed = value + ",lo"
+    return [warning(var.name, f"'{value}' excludes only what it names, and not lo: a set "
+                    "NCCL_SOCKET_IFNAME replaces NCCL's own choice, which skips lo, docker* and "
+                    "virbr* while another interface is up, so lo"
+                    + (f" (and {', '.join(also)})" if also else "") + " can be picked again. "
+                    "NCCL takes interfaces in getifaddrs() order and bootstrap uses the first "
+                    "match; lo is interface 1 on Linux and normally listed first, so bootstrap "
+                    "can bind 127.0.0.1, which other nodes cannot reach (fine on one node)",
+                    f"NCCL_SOCKET_IFNAME={fixed}, or name the interface to use (e.g. =eth0)",
+                    Edit("set", fixed, "exclude lo too"), source=FIND_INTERFACES)]
 
 
 def ib_hca(var: Variable, value: str, ctx: Context) -> list[Finding]:

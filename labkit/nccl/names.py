@@ -4,17 +4,23 @@ typos of a known name of the same software (then a warning: the intended setting
 A hint is offered only within two edits (one for short names) and never for a name that merely
 adds or drops a whole ``_WORD_`` (``NCCL_TIMEOUT`` is not ``NCCL_IB_TIMEOUT``); a name with a
 plugin's or library's prefix (``FI_``, ``OFI_NCCL_``, ``NCCL_FASTRAK_`` ...) gets no NCCL hint.
+An ``NCCL_X`` that NCCL does not read while PyTorch reads ``TORCH_NCCL_X`` is a warning: it does
+nothing. The legacy ``NCCL_`` names PyTorch does accept are registry entries, so they never get
+here: torch 2.13's c10d headers list five (NCCL_BLOCKING_WAIT, NCCL_ASYNC_ERROR_HANDLING,
+NCCL_DESYNC_DEBUG, NCCL_ENABLE_TIMING, NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK in
+ProcessGroupNCCL.hpp's getCvar* name lists).
 """
 
 from __future__ import annotations
 
 from labkit.nccl.context import Context
-from labkit.nccl.findings import Finding, info, warning
+from labkit.nccl.findings import Edit, Finding, info, warning
 from labkit.nccl.registry import (
     DIST_DOC,
     NCCL_DOC,
     REGISTRY,
     TORCH_NCCL_DOC,
+    Variable,
     plugin_prefix,
 )
 from labkit.nccl.registry_nccl_source import RELEASES
@@ -24,32 +30,50 @@ NCCL_TREE = f"https://github.com/NVIDIA/nccl/tree/v{RELEASES[-1]}-1/src"
 
 
 def unknown_variable(name: str, ctx: Context) -> list[Finding]:
-    """An info for a name the registry does not know, under a prefix the checker watches."""
+    """A name the registry does not know, under a prefix the checker watches: a warning for an
+    NCCL_ or TORCH_ name no release reads (the line does nothing), an info for plugin and gloo
+    names and where RCCL may read it."""
     owner = plugin_prefix(name)
     if owner is not None:
         software, source = owner
         return [info(name, f"read by {software}, but not one of the {software} variables this "
                      "checker lists: its value is not checked", f"check the name at {source}",
                      source=source)]
+    torch = REGISTRY.get("TORCH_" + name)
+    if name.startswith("NCCL_") and torch is not None and torch.owner == "pytorch":
+        return [_torch_name(name, torch, ctx)]
     if name.startswith("NCCL_"):
         rccl = any(n.startswith(("RCCL_", "HSA_")) for n in ctx.env)
         also = "; RCCL may read it (this config sets RCCL/HSA variables)" if rccl else \
             "; a framework may read it itself, which this checker cannot see"
         hint = _hint(name, "nccl", ctx)
-        make = warning if hint and not rccl else info  # one or two letters off: a typo
+        make = info if rccl else warning  # a line that does nothing for NCCL (a typo, if hinted)
         return [make(name, f"not a variable NCCL reads: none of NCCL {SOURCE_SPAN}'s sources "
                      f"names it, so NCCL ignores it{also}", hint + f"check the name at {NCCL_DOC}",
                      source=NCCL_TREE)]
     if name.startswith(("TORCH_NCCL_", "TORCH_FR_", "TORCH_DIST")):
         hint = _hint(name, "pytorch", ctx)
-        make = warning if hint else info
-        return [make(name, "not a variable this checker knows torch 2.13 to read (its c10d "
+        return [warning(name, "not a variable this checker knows torch 2.13 to read (its c10d "
                      "headers, libtorch and torch.distributed)", hint +
                      f"check the name at {TORCH_NCCL_DOC}", source=TORCH_NCCL_DOC)]
     if name.startswith("GLOO_"):
         return [info(name, "not a variable this checker knows", _hint(name, "gloo", ctx) +
                      f"check the name at {DIST_DOC}", source=DIST_DOC)]
     return []
+
+
+def _torch_name(name: str, torch: Variable, ctx: Context) -> Finding:
+    """``NCCL_X`` where only ``TORCH_NCCL_X`` is read (torch 2.13's ProcessGroupNCCL.hpp lists
+    no ``NCCL_X`` alias for it)."""
+    new = torch.deprecated_by or torch.name  # TORCH_NCCL_TRACE_BUFFER_SIZE: now TORCH_FR_...
+    now = f" (now {new}, which PyTorch prefers)" if new != torch.name else ""
+    present = next((n for n in (torch.name, new) if n in ctx.env), None)
+    edit = Edit("drop", reason=f"{present} is set") if present else \
+        Edit("rename", new, f"PyTorch reads {new}, not {name}")
+    return warning(name, f"PyTorch reads {torch.name}{now}; {name} does nothing: NCCL does not "
+                   f"read it (none of NCCL {SOURCE_SPAN}'s sources names it) and PyTorch accepts "
+                   f"no legacy NCCL_ name for {torch.name}", f"use {new}", edit,
+                   source=torch.link)
 
 
 def _hint(name: str, owner: str, ctx: Context) -> str:

@@ -10,7 +10,11 @@ Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``pri
 ``docker run -e``/``--env``, ``kubectl --env``, ``apptainer --env``, ``srun``/``sbatch
 --export=`` (also as ``#SBATCH``), ``bash -c '...'``, Dockerfile ``ENV``, ``%env``, csh
 ``setenv``, systemd ``Environment=``, YAML ``env:``/``environment:`` (``labkit.nccl.yamlenv``),
-``os.environ[...] = ...``, JSON ``"NCCL_X": "1"`` pairs. Around them: a UTF-8 BOM, CRLF, ``\\``
+``os.environ[...] = ...``, JSON ``"NCCL_X": "1"`` pairs, Python dict / JSON object literals
+(``labkit.nccl.pydict``), shell statements in quoted strings (``cmd = "export A=1;export B=2"``)
+and in ``$(...)``, and lines written to NCCL's config files (``echo K=V >> /etc/nccl.conf``,
+``printf``, ``tee``, here-documents: ``labkit.nccl.ncclconf``, merged as NCCL merges them, see
+``labkit.nccl.parsed``). Around them: a UTF-8 BOM, CRLF, ``\\``
 continuations, Markdown fences and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``)
 traces, comments. Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
 them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
@@ -24,13 +28,16 @@ import os
 import re
 import stat
 from bisect import bisect_right
-from collections import Counter
-from dataclasses import dataclass
 
 from labkit.errors import ParameterError
+from labkit.nccl import ncclconf, pydict
 from labkit.nccl.commands import ASSIGNMENT, Found, read_commands
-from labkit.nccl.shellwords import RAW_ASSIGNMENT, split_words
-from labkit.nccl.yamlenv import EnvBlock, yaml_scalar
+from labkit.nccl.parsed import Assignment, ParsedEnv, merge
+from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words
+from labkit.nccl.yamlenv import EnvBlock, is_null, yaml_scalar
+
+__all__ = ["MAX_ENV_BYTES", "Assignment", "ParsedEnv", "decode_env_bytes", "parse_env",
+           "read_env_source"]
 
 MAX_ENV_BYTES = 1 << 20  # an env block is a few KiB; a bigger file is not one
 MAX_ENV_LINES = 50_000  # a rendered Helm chart of 1 MiB has about 35,000
@@ -58,52 +65,8 @@ _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
 _MAX_SPAN = 20  # physical lines one quoted value may span
-_SHOWN = 20  # unparsed lines (and notes) a report lists; a pasted log can have hundreds
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One variable set (or named, or unset) by one line: ``value`` is ``None`` when the line only
-    names it (the value comes from elsewhere) or, with shape "unset", removes it."""
-
-    name: str
-    value: str | None
-    line: int
-    shape: str  # "export", "mpirun -x", "docker -e", "yaml env", ...
-    raw: str
-
-
-@dataclass(frozen=True)
-class ParsedEnv:
-    """What a pasted block sets: ``env`` (last assignment wins), every ``assignment`` in order,
-    ``named`` (passed on, value not given here), ``unparsed`` lines that look like settings but
-    could not be read, and ``notes`` on settings that do not do what they seem to."""
-
-    env: dict[str, str]
-    assignments: list[Assignment]
-    named: list[str]
-    unparsed: list[tuple[int, str]]
-    notes: list[tuple[int, str]]
-
-    @property
-    def count(self) -> int:
-        """How many variables the block sets or passes on."""
-        return len(self.env) + len(self.named)
-
-    def describe(self, source: str) -> list[str]:
-        """Lines for a report: how many variables were read, which were only named, what could
-        not be parsed."""
-        shapes = Counter(a.shape for a in self.assignments if a.shape != "unset")
-        plural = "" if self.count == 1 else "s"
-        lines = [f"read {self.count} variable{plural} from {source}"
-                 + (f" ({', '.join(f'{s} {n}' for s, n in shapes.items())})" if shapes else "")]
-        if self.named:
-            lines.append(f"named, value not given (not checked): {', '.join(self.named)}")
-        lines += [f"line {n}: could not parse: {_shorten(text)}"
-                  for n, text in self.unparsed[:_SHOWN]]
-        lines += [f"line {n}: {note}" for n, note in self.notes[:_SHOWN]]
-        hidden = max(0, len(self.unparsed) - _SHOWN) + max(0, len(self.notes) - _SHOWN)
-        return lines + ([f"... and {hidden} more lines like these"] if hidden else [])
+_WATCHED_KEY = re.compile(_WATCHED)
+_QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 
 
 def parse_env(text: str) -> ParsedEnv:
@@ -112,10 +75,6 @@ def parse_env(text: str) -> ParsedEnv:
     reader = _Reader(text)
     reader.run()
     return reader.result()
-
-
-def _shorten(text: str, width: int = 120) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class _Reader:
@@ -131,6 +90,8 @@ class _Reader:
         self.assignments: list[Assignment] = []
         self.unparsed: list[tuple[int, str]] = []
         self.notes: list[tuple[int, str]] = []
+        self.literal_end = 0  # lines before it belong to a dict literal already read
+        self.watched_keys: list[int] | None = None  # offsets of quoted watched keys
 
     def run(self) -> None:
         block: EnvBlock | None = None
@@ -163,7 +124,8 @@ class _Reader:
         block.unparsed.clear()
 
     def _add(self, number: int, raw: str, found: list[Found]) -> None:
-        self.assignments += [Assignment(f.name, f.value, number, f.shape, raw) for f in found]
+        self.assignments += [Assignment(f.name, f.value, number, f.shape, raw, f.file)
+                             for f in found]
 
     def _line(self, i: int) -> int:
         """Read the line at ``i`` (and the lines it continues onto); the next line to read."""
@@ -182,6 +144,14 @@ class _Reader:
             return i + 1
         if self.systemd and _SYSTEMD_KEY.match(stripped):
             return i + 1  # ExecStart= and the like: unit settings, not variables
+        literal = pydict.read_dict(self.text, self.starts[i], number, _WATCHED_KEY) \
+            if "{" in line and i >= self.literal_end and self._may_hold_env(i) else None
+        if literal is not None:  # a literal holding no settings is not read again line by line
+            self.literal_end = bisect_right(self.starts, literal[1] - 1)
+            for n, found_one, raw in literal[0]:
+                self._add(n, raw, [found_one])
+            if literal[0]:
+                return self.literal_end
         simple = _SIMPLE.fullmatch(stripped)
         if simple:  # the common case, read without the tokenizer: 1 MiB of these stays fast
             shape = "export" if simple.group(1) else "K=V"
@@ -190,16 +160,28 @@ class _Reader:
         found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
             else []
         top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
-        if top and not found:
-            value = yaml_scalar(top.group(3))
-            found = [Found(top.group(2), value, "yaml env")] if value is not None else []
+        if top and not found:  # YAML null (null, ~, nothing) sets nothing: named, not given
+            value = None if is_null(top.group(3)) else yaml_scalar(top.group(3))
+            found = [Found(top.group(2), value, "yaml env")] \
+                if value is not None or is_null(top.group(3)) else []
         if found:
             self._add(number, stripped, found)
             return i + 1
-        if "=" not in line and not line.endswith("\\") and not _NAMING.search(line):
+        if "=" not in line and not line.endswith("\\") and not _NAMING.search(line) \
+                and "<<" not in line:
             self._check_read(i, stripped, [])  # prose, or commands that set nothing
             return i + 1
         return self._shell(i)
+
+    def _may_hold_env(self, i: int) -> bool:
+        """Whether a literal opening on line ``i`` can be an environment: ``env`` before its
+        brace, or a quoted watched key ("NCCL_X":) somewhere after it (found once per text)."""
+        if "env" in self.lines[i].lower():
+            return True
+        if self.watched_keys is None:
+            self.watched_keys = [m.start() for m in _QUOTED_KEY.finditer(self.text)]
+        at = bisect_right(self.watched_keys, self.starts[i] - 1)
+        return at < len(self.watched_keys)
 
     def _code_pairs(self, line: str) -> list[Found]:
         """``os.environ["A"] = "1"``, ``os.environ.setdefault(...)``, ``"NCCL_X": "1"`` pairs."""
@@ -227,7 +209,7 @@ class _Reader:
             return
         if shape:  # systemd: every word is an assignment, quotes as in shell
             found = [Found(m.group(1), m.group(2), shape) for w in result[0]
-                     if not isinstance(w, str) and (m := ASSIGNMENT.fullmatch(w.value))]
+                     if isinstance(w, Word) and (m := ASSIGNMENT.fullmatch(w.value))]
             notes: list[str] = []
         else:
             found, notes = read_commands(result[0])
@@ -261,7 +243,23 @@ class _Reader:
         self._add(i + 1, raw, found)
         self.notes += [(i + 1, note) for note in notes]
         self._check_read(i, raw, found)
-        return max(i + 1, bisect_right(self.starts, stop - 1))
+        after = max(i + 1, bisect_right(self.starts, stop - 1))
+        here = ncclconf.heredoc(tokens)
+        return after if here is None else self._heredoc(after, *here)
+
+    def _heredoc(self, i: int, delimiter: str, file: str, tabs: bool) -> int:
+        """The body of a here-document written to NCCL's config file, read as NCCL reads it;
+        the line after its delimiter."""
+        while i < len(self.lines):
+            line = self.lines[i].lstrip("\t") if tabs else self.lines[i]
+            if line == delimiter:
+                return i + 1
+            settings, notes = ncclconf.conf_settings(line, file)
+            self._add(i + 1, line, [Found(s.name, s.value, ncclconf.SHAPE, s.file)
+                                    for s in settings])
+            self.notes += [(i + 1, note) for note in notes]
+            i += 1
+        return i
 
     def _check_read(self, i: int, span: str, found: list[Found]) -> None:
         """Report the line as unparsed when it mentions a setting that nothing read (a mention
@@ -274,29 +272,7 @@ class _Reader:
             self.unparsed.append((i + 1, self.lines[i].strip()))
 
     def result(self) -> ParsedEnv:
-        env: dict[str, str] = {}
-        named: dict[str, None] = {}
-        values: dict[str, list[Assignment]] = {}
-        for a in self.assignments:
-            if a.shape == "unset":
-                env.pop(a.name, None)
-                named.pop(a.name, None)
-            elif a.value is None:
-                if a.name not in env:
-                    named[a.name] = None
-            else:
-                env[a.name] = a.value
-                named.pop(a.name, None)
-                values.setdefault(a.name, []).append(a)
-        notes = list(self.notes)
-        for name, sets in values.items():
-            if len({a.value for a in sets}) > 1:
-                earlier = ", ".join(f"{a.value!r} on line {a.line}" for a in sets[-4:-1])
-                earlier += f" and {len(sets) - 4} more" if len(sets) > 4 else ""
-                notes.append((sets[-1].line, f"{name} is set more than once ({earlier}); the "
-                              f"last one, {sets[-1].value!r}, is the one that counts"))
-        return ParsedEnv(env, self.assignments, list(named), self.unparsed,
-                         sorted(notes, key=lambda n: n[0]))
+        return merge(self.assignments, self.unparsed, self.notes)
 
 
 def read_env_source(path: str | os.PathLike[str], label: str = "env file") -> ParsedEnv:

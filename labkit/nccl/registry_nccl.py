@@ -20,12 +20,13 @@ UTILS_CC = NCCL_GITHUB + "src/misc/utils.cc"
 def nccl(name: str, kind: str, values: str, default: str, meaning: str, *,
          debug_only: bool = False, deprecated_by: str | None = None, anchor: str = "",
          choices: tuple[str, ...] = (), deprecated: str | None = None, removed: str | None = None,
-         bounds: Bounds | None = None, source: str = "") -> Variable:
+         bounds: Bounds | None = None, source: str = "",
+         deprecated_values: tuple[str, ...] = ()) -> Variable:
     """A documented NCCL variable; its doc link is the env page's section for it."""
     anchor = anchor or name.lower().replace("_", "-")
     return Variable(name, "nccl", kind, values, default, debug_only, deprecated_by, meaning,
                     f"{NCCL_DOC}#{anchor}", choices, deprecated=deprecated, removed=removed,
-                    bounds=bounds, source=source)
+                    bounds=bounds, source=source, deprecated_values=deprecated_values)
 
 
 def flag(name: str, default: str, meaning: str, **extra) -> Variable:

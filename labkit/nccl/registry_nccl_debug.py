@@ -59,9 +59,12 @@ DEBUGGING = [
                deprecated="2.29.7"),
     debug("NCCL_CHECK_MODE", "enum", "DEFAULT, DEBUG_LOCAL or DEBUG_GLOBAL", "DEFAULT",
           "how input arguments are checked", choices=("DEFAULT", "DEBUG_LOCAL", "DEBUG_GLOBAL")),
+    # NCCL's docs: "The default value is PARALLEL. Setting is to GROUP will use cooperative groups
+    # ... This is deprecated in 2.9": the GROUP value is deprecated, not the variable.
     debug("NCCL_LAUNCH_MODE", "enum", "PARALLEL or GROUP", "PARALLEL",
           "how NCCL launches CUDA kernels (GROUP: cooperative groups)", deprecated="2.9",
-          choices=("PARALLEL", "GROUP"), source=NCCL_GITHUB + "src/init.cc#L1651-L1656"),
+          deprecated_values=("GROUP",), choices=("PARALLEL", "GROUP"),
+          source=NCCL_GITHUB + "src/init.cc#L1651-L1656"),
     debug_flag("NCCL_IB_DISABLE", "0", "disable IB/RoCE; NCCL falls back to IP sockets"),
     debug_number("NCCL_IB_AR_THRESHOLD", "bytes", "8192",
                  "size above which IB data goes in a separate message that can use adaptive "

@@ -142,7 +142,7 @@ PLUGIN_VARIABLES = (
        _plugin_var("RDMAV_FORK_SAFE", "rdma-core", "str", "rdma-core fork safety", EFA_DOC)]
 )
 
-# What aws-ofi-nccl's EFA guide says of libfabric / rdma-core settings: (severity, text).
+# What aws-ofi-nccl's doc/efa-env-var.md says of libfabric / rdma-core settings: (severity, text).
 EFA_ADVICE = {
     "FI_EFA_USE_DEVICE_RDMA": ("info", "not needed with libfabric >= 1.18.0 and aws-ofi-nccl >= "
                                "1.7.0 (not harmful on p4/p5)"),

@@ -30,15 +30,18 @@ def is_one(env: Mapping[str, str], name: str) -> bool:
 
 
 def ib_disabled_with_hca(ctx: Context) -> list[Finding]:
-    """IB off (NCCL_IB_DISABLE=1 or NCCL_NET=Socket): an HCA list cannot apply; NCCL_NET=IB
-    fails."""
+    """IB off (NCCL_IB_DISABLE=1 or NCCL_NET=Socket): no NCCL_IB_* setting (HCAs, GID index,
+    timeouts) can apply; NCCL_NET=IB fails."""
     env, found = ctx.env, []
     ibext = any(p.plugin.reads_ib for p in ctx.plugins) or ctx.ib_replaced is not None
     socket_only = env.get("NCCL_NET", "").lower() == "socket"
-    if (is_one(env, "NCCL_IB_DISABLE") or socket_only) and "NCCL_IB_HCA" in env and not ibext:
+    if (is_one(env, "NCCL_IB_DISABLE") or socket_only) and not ibext:
         why = "NCCL_NET=Socket forces IP sockets" if socket_only else \
             "NCCL_IB_DISABLE=1 turns InfiniBand/RoCE off"
-        found.append(warning("NCCL_IB_HCA", f"ignored: {why}", "drop one of the two"))
+        # every NCCL_IB_* setting is read by NCCL's IB transport, which then never starts
+        for name in sorted(n for n in env if n.startswith("NCCL_IB_") and n != "NCCL_IB_DISABLE"):
+            found.append(warning(name, f"ignored: {why}, and only NCCL's IB transport reads "
+                                 f"{name}", "drop one of the two"))
     if is_one(env, "NCCL_IB_DISABLE") and env.get("NCCL_NET", "").upper() == "IB":
         found.append(error("NCCL_NET", "NCCL_NET=IB forces the IB network that NCCL_IB_DISABLE=1 "
                            "turns off, and NCCL_NET does not fall back: communicator init fails",
@@ -108,6 +111,10 @@ def renamed_twice(ctx: Context) -> list[Finding]:
 
 
 OFFLOAD = {"collnetdirect", "collnetchain", "nvls", "nvlstree"}  # need NVSwitch / a CollNet plugin
+# What each algorithm beyond Ring and Tree needs (tuning.cc: ncclPatEnable wants one GPU per node).
+NEEDS = (({"nvls", "nvlstree"}, "NVLS: NVSwitch"),
+         ({"collnetdirect", "collnetchain"}, "CollNet: a CollNet plugin"),
+         ({"pat"}, "PAT: one GPU per node"))
 
 
 def algorithm_coverage(ctx: Context) -> list[Finding]:
@@ -133,29 +140,38 @@ def algorithm_coverage(ctx: Context) -> list[Finding]:
         named = {t.lower() for entry in value.split(";") for t in entry.split(":")[-1].split(",")
                  if not entry.split(":")[-1].startswith("^")}
         offload = named & OFFLOAD and "ring" not in named
+        what = "algorithm it can run" if supported else "protocol"
+        ring = any(f in ("Broadcast", "Reduce") for f in empty) and supported
+        fix = ("add Ring (e.g. NCCL_ALGO=Ring,Tree), or restrict per collective: "
+               "NCCL_ALGO='allreduce:tree'" if supported else
+               "leave each collective at least one protocol (e.g. NCCL_PROTO=^LL128), or "
+               "restrict per collective: NCCL_PROTO='allreduce:Simple'")
         if empty and ctx.target.at_least("2.24"):
             make = warning if offload and supported else error
             why = (" (a list of offload algorithms only, as in a benchmark of them: the other "
                    "collectives still fail)" if make is warning else "")
-            found.append(make(name, f"'{value}' leaves {', '.join(empty)} with no algorithm "
-                              f"{'it can run' if supported else 'or protocol'}: since NCCL "
-                              "2.24 there is no fallback, so they fail with ncclInvalidUsage "
-                              "('No algorithm/protocol available'); Broadcast and Reduce run "
-                              f"only on Ring{why} (checked against {ctx.target.describe()})",
-                              "add Ring (e.g. NCCL_ALGO=Ring,Tree), or "
-                              "restrict per collective: NCCL_ALGO='allreduce:tree'",
-                              source=f"{NCCL_DOC}#nccl-algo"))
+            found.append(make(name, f"'{value}' leaves {', '.join(empty)} with no {what}: "
+                              "since NCCL 2.24 there is no fallback, so those collectives "
+                              "fail with ncclInvalidUsage ('No algorithm/protocol available')"
+                              + ("; Broadcast and Reduce run only on Ring" if ring else "")
+                              + f"{why} (checked against {ctx.target.describe()})", fix,
+                              source=f"{NCCL_DOC}#nccl-{name[5:].lower()}"))
         elif empty:
-            found.append(info(name, f"'{value}' leaves {', '.join(empty)} with no algorithm it "
-                              f"can run: NCCL {ctx.target.text} falls back to another, NCCL 2.24 "
-                              "and later fail them with ncclInvalidUsage", "add Ring",
-                              source=f"{NCCL_DOC}#nccl-algo"))
+            found.append(info(name, f"'{value}' leaves {', '.join(empty)} with no {what}: NCCL "
+                              f"{ctx.target.text} falls back to another, NCCL 2.24 and later "
+                              "fail those collectives with ncclInvalidUsage", fix,
+                              source=f"{NCCL_DOC}#nccl-{name[5:].lower()}"))
         if hardware and not empty:
-            found.append(warning(name, f"'{value}' leaves {', '.join(hardware)} only algorithms "
-                                 "that need particular hardware (NVLS: NVSwitch; CollNet: a "
-                                 "CollNet plugin; PAT: one GPU per node): elsewhere they fail",
-                                 "keep Ring in the list",
-                                 source=NCCL_GITHUB + "src/graph/tuning.cc#L289-L298"))
+            used = set().union(*(parsed.enabled[f.lower()] & supported[f.lower()]
+                                 for f in hardware))
+            needs = "; ".join(text for algos, text in NEEDS if used & algos)
+            late = ctx.target.at_least("2.24")
+            found.append((warning if late else info)(
+                name, f"'{value}' leaves {', '.join(hardware)} only algorithms that need "
+                f"particular hardware ({needs}): elsewhere those collectives "
+                + ("fail" if late else f"fall back to another algorithm on NCCL "
+                   f"{ctx.target.text} and fail from 2.24 on"), "keep Ring in the list",
+                source=NCCL_GITHUB + "src/graph/tuning.cc#L215-L298"))
     return found
 
 

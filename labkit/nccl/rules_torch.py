@@ -101,7 +101,7 @@ def ranks(ctx: Context) -> list[Finding]:
 
 
 def rank_per_node(ctx: Context) -> list[Finding]:
-    """The guide's ``RANK=$NODE_RANK``: RANK is per process, and torchrun sets it."""
+    """RANK set by hand (``RANK=$NODE_RANK``): RANK is per process, and torchrun sets it."""
     env = ctx.env
     if "RANK" not in env or in_torchrun_worker(env):
         return []

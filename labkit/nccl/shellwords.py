@@ -2,10 +2,11 @@
 
 ``split_words(text, start, end)`` splits one logical line into words (quotes removed as bash
 removes them; ``$VAR``, ``${VAR}``, ``$(cmd)`` and backquotes kept as written, because the value a
-user pasted is what the checker must see) and operators (``;``, ``&&``, ``|``, ``(`` ...),
-dropping comments and redirections; ``labkit.nccl.commands`` reads what the commands set. A
-pasted line is often prose, not shell, so nothing here raises: an unterminated quote returns
-``None`` and the caller decides.
+user pasted is what the checker must see), operators (``;``, ``&&``, ``|``, ``(`` ...) and
+redirections (``Redirect``: ``>> /etc/nccl.conf`` says where an ``echo`` goes), dropping
+comments; ``labkit.nccl.commands`` reads what the commands set. ``substitutions(value)`` gives the
+scripts of the ``$(...)`` and backquotes in a word. A pasted line is often prose, not shell, so
+nothing here raises: an unterminated quote returns ``None`` and the caller decides.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ _REDIRECT = re.compile(r"(?:&>>?|>>|>&|<&|>\||<<<|<<-?|<>|>|<)(\d+-?|-)?")
 _ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a"}
 
 
+class Redirect(NamedTuple):
+    """A redirection: ``op`` as written (``>``, ``>>``, ``<<``, ``<<-``, ``&>`` ...) and its target
+    word with quotes removed (a file, or a here-document's delimiter)."""
+
+    op: str
+    target: str
+
+
 class Word(NamedTuple):
     """One shell word: ``value`` after quote removal (expansions kept as written), ``raw`` as
     written (an assignment needs its name unquoted there). A tuple: a 1 MiB paste makes many."""
@@ -30,22 +39,26 @@ class Word(NamedTuple):
     raw: str
 
 
+Token = Word | str | Redirect
+
+
 def split_words(text: str, start: int, end: int,
-                open_at: list[int] | None = None) -> tuple[list[Word | str], int] | None:
-    """Words and operators of the logical line at ``text[start:end]`` and where it stops (after
-    its newline); ``None`` when a quote or ``$(`` is still open at ``end`` (then ``open_at``, if
-    given, gets where the word with the open quote starts)."""
-    tokens: list[Word | str] = []
+                open_at: list[int] | None = None) -> tuple[list[Token], int] | None:
+    """Words, operators and redirections of the logical line at ``text[start:end]`` and where it
+    stops (after its newline); ``None`` when a quote or ``$(`` is still open at ``end`` (then
+    ``open_at``, if given, gets where the word with the open quote starts)."""
+    tokens: list[Token] = []
     value: list[str] = []
     word_start = -1
-    drop_next = False
+    redirect = ""  # the operator whose target is the next word
     i = start
 
     def finish(at: int) -> None:
-        nonlocal word_start, drop_next
+        nonlocal word_start, redirect
         if word_start >= 0:
-            if drop_next:
-                drop_next = False
+            if redirect:
+                tokens.append(Redirect(redirect, "".join(value)))
+                redirect = ""
             else:
                 tokens.append(Word("".join(value), text[word_start:at]))
         value.clear()
@@ -80,13 +93,13 @@ def split_words(text: str, start: int, end: int,
             finish(i)
             match = _REDIRECT.match(text, i)
             assert match is not None
-            drop_next = match.group(1) is None
+            redirect = match.group() if match.group(1) is None else ""  # 2>&1 has no target
             i = match.end()
             continue
         if char == "&" and text.startswith("&>", i):
             finish(i)
-            drop_next = True
-            i += 3 if text.startswith("&>>", i) else 2
+            redirect = "&>>" if text.startswith("&>>", i) else "&>"
+            i += len(redirect)
             continue
         if char in ";&|()" and not (char == "(" and _opens_array(text, word_start, i)):
             finish(i)
@@ -115,6 +128,28 @@ def split_words(text: str, start: int, end: int,
         i = match.end()
     finish(end)
     return tokens, end
+
+
+def substitutions(value: str) -> list[str]:
+    """The scripts of the ``$(...)`` and backquoted command substitutions in a word's value
+    (``$((...))`` is arithmetic, not a command)."""
+    found, i = [], 0
+    while i < len(value):
+        if value.startswith("$(", i) and not value.startswith("$((", i):
+            close = _closing(value, i + 1, len(value))
+            if close is None:
+                break
+            found.append(value[i + 2:close - 1])
+            i = close
+        elif value[i] == "`":
+            close = _backquote_end(value, i, len(value))
+            if close is None:
+                break
+            found.append(value[i + 1:close - 1])
+            i = close
+        else:
+            i += 1
+    return found
 
 
 def _unterminated(open_at: list[int] | None, word_start: int) -> None:

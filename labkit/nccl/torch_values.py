@@ -27,8 +27,7 @@ def _master_addr(var: Variable, value: str, ctx: Context) -> list[Finding]:
         return [error(var.name, f"'{value}' is neither an IP address nor a host name",
                       "MASTER_ADDR=<IP of rank 0's node>", source=var.doc)]
     return [info(var.name, f"host name '{value}': every node resolves it at startup; fine if DNS "
-                 "or /etc/hosts resolve it everywhere (the guide's 'use IPs' is about DNS "
-                 "outages)", source=var.doc)]
+                 "or /etc/hosts resolve it everywhere", source=var.doc)]
 
 
 def _master_port(var: Variable, value: str, ctx: Context) -> list[Finding]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from labkit.nccl import hostfacts
 from labkit.nccl.context import Context
 from labkit.nccl.findings import Edit, Finding, error, info, warning
-from labkit.nccl.registry import Variable
+from labkit.nccl.registry import Variable, source_default
 from labkit.nccl.syntax import (
     ALGORITHM_SINCE,
     ALGORITHM_UNTIL,
@@ -103,9 +103,11 @@ def _boolean(var: Variable, value: str, ctx: Context) -> list[Finding]:
     number, meant = nccl_int(value), torch_bool(value)
     if number is None:
         edit = None if meant is None else Edit("set", str(int(meant)), "NCCL reads integers")
+        on_by_default = source_default(var.name, ctx.target.version) == "1"
+        effect = "which turns it off (its default is 1)" if on_by_default else \
+            "so this does not turn anything on"
         return [error(var.name, f"NCCL reads an integer: strtoll finds no digits in '{value}' "
-                      "and reads 0, so this does not turn anything on", "use 1 or 0", edit,
-                      source=PARAM_CC)]
+                      f"and reads 0, {effect}", "use 1 or 0", edit, source=PARAM_CC)]
     if number not in (0, 1):
         return [warning(var.name, f"{number}: only 0 and 1 are documented", "use 1 or 0",
                         source=var.doc)]
@@ -167,8 +169,8 @@ def _level(var: Variable, value: str, ctx: Context) -> list[Finding]:
         if var.name == "NCCL_P2P_LEVEL" and level.level == "SYS":
             what += ", which allows P2P even across CPU sockets (through QPI/UPI)"
         if var.name == "NCCL_P2P_LEVEL":
-            what += (". The level is the largest GPU distance at which P2P is used; P2P is on by "
-                     "default, so the guide's 'enables GPU-to-GPU direct transfers' is wrong")
+            what += (". The level caps the GPU distance at which P2P is used (P2P is on by "
+                     "default: the setting does not turn it on)")
         what += ". NCCL's docs discourage integers: their meaning changed across versions"
         return [warning(var.name, what, f"write the name: {var.name}={level.level}, or unset it",
                         Edit("set", level.level, f"'{value}' reads as {level.level}"),
@@ -241,14 +243,17 @@ def _ib_timeout(var: Variable, value: str, ctx: Context) -> list[Finding]:
     total = per_try * retries
     arithmetic = (f"4.096 us x 2^{number} = {_duration(per_try)} per attempt, x {retries} "
                   f"retries = {_duration(total)} before NCCL reports a network error")
+    default = int(source_default(var.name, ctx.target.version) or 20)
+    waits = _duration(4.096e-6 * 2 ** default * retries)
     if number < 14:
-        return [warning(var.name, f"far too short: {arithmetic}. NCCL's default 20 waits about "
-                        "30 s; a timeout set too short makes NCCL fail with ibv_poll_cq error 12 "
-                        "(retry exceeded)", "unset it (NCCL's default, 20) or raise it",
+        return [warning(var.name, f"far too short: {arithmetic}. NCCL's default ({default} in "
+                        f"NCCL {ctx.target.text}) waits about {waits}; a timeout set too short "
+                        "makes NCCL fail with ibv_poll_cq error 12 (retry exceeded)",
+                        f"unset it (NCCL's default, {default}) or raise it",
                         Edit("drop", reason=f"{number} is far too short"), source=IB_HINT)]
-    if number < 18:
-        return [info(var.name, f"shorter than NCCL's default (20): {arithmetic}",
-                     source=var.doc)]
+    if number < min(default, 18):
+        return [info(var.name, f"shorter than NCCL's default ({default} in NCCL "
+                     f"{ctx.target.text}): {arithmetic}", source=var.doc)]
     return []
 
 
@@ -263,8 +268,9 @@ def _duration(seconds: float) -> str:
 def _nccl_debug(var: Variable, value: str, ctx: Context) -> list[Finding]:
     level = value.upper()
     if level in ("INFO", "TRACE"):
+        every = " and every call" if level == "TRACE" else ""
         return [warning(var.name, f"{level} is for bring-up and debugging: it logs every init "
-                        "step of every rank (TRACE: every call)",
+                        f"step of every rank{every}",
                         "NCCL_DEBUG=WARN in production; while debugging, INFO narrowed with "
                         "NCCL_DEBUG_SUBSYS (INIT,NET or COLL) and NCCL_DEBUG_FILE=/path/nccl.%h.%p",
                         Edit("set", "WARN", f"{level} is for bring-up only"), source=var.doc)]

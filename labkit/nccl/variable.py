@@ -63,7 +63,8 @@ class Variable:
     doc: str
     choices: tuple[str, ...] = ()  # for enums: the accepted tokens (compared case-insensitively)
     introduced: str | None = None  # first NCCL release whose source reads it (None: 2.3.5 or older)
-    deprecated: str | None = None  # release NCCL's docs call it deprecated in
+    deprecated: str | None = None  # release NCCL's docs deprecate it (or deprecated_values) in
+    deprecated_values: tuple[str, ...] = ()  # only these values are deprecated (upper case)
     removed: str | None = None  # first NCCL release that no longer reads it
     bounds: Bounds | None = None
     source: str = ""  # where the facts come from (source line, header, vendor page)

@@ -10,8 +10,12 @@ Markdown next to shell lines), which a YAML loader rejects or reads without line
       - name: NODE_IP                                      env: {NCCL_DEBUG: INFO}
         valueFrom: {...}
 
-``valueFrom`` and a Compose key without value pass a value from elsewhere: named, value not
-given. A Kubernetes item without ``value`` sets the empty string, as the API does.
+``valueFrom`` and a mapping key whose value is YAML null (nothing, ``null``, ``~``) pass a value
+from elsewhere or none: named, value not given (Compose takes it from the shell, or leaves the
+variable unset; NeMo-Framework-Launcher's ``get_env_vars`` drops ``None`` values). A Kubernetes
+item without ``value`` (or with a null one) sets the empty string, as the API does. A plain or
+quoted value may continue on more-indented lines (``KEY:`` then the value below it); YAML folds
+the lines into one, joined by spaces.
 """
 
 from __future__ import annotations
@@ -29,7 +33,15 @@ KEY_LINE = re.compile(r"(\s*)(-\s+)?([\"']?)(" + "|".join(_ENV_KEYS) + r")\3\s*:
 # item (``- name: trainer``) has the same shape and Kubernetes requires those in lower case.
 ITEM_LINE = re.compile(r"(\s*)-\s+name\s*:\s*([\"']?)[A-Z_][A-Z0-9_]*\2\s*(?:#.*)?")
 _FIELD = re.compile(r"([\"']?)([A-Za-z_][A-Za-z0-9_]*)\1\s*:(?:\s+(.*)|\s*)")
+_NULL = re.compile(r"\s*(?:(?:null|Null|NULL|~)(?:\s+#.*)?|#.*)?")  # YAML 1.2 core schema null
 SHAPE = "yaml env"
+_MAX_PARTS = 20  # lines one value may span
+
+
+def is_null(text: str) -> bool:
+    """Whether a one-line YAML value is null: empty, ``null``/``Null``/``NULL`` or ``~`` (a
+    trailing comment allowed); a quoted ``"null"`` is a string."""
+    return _NULL.fullmatch(text) is not None
 
 
 def yaml_scalar(text: str) -> str | None:
@@ -54,8 +66,9 @@ def yaml_scalar(text: str) -> str | None:
     return re.split(r"\s+#", text, maxsplit=1)[0].rstrip()
 
 
-def flow_pairs(text: str) -> list[tuple[str, str | None]] | None:
-    """``{A: 1, B: "x"}`` as pairs; ``None`` when it is not a one-line flow mapping."""
+def flow_pairs(text: str) -> list[tuple[str, str | None, bool]] | None:
+    """``{A: 1, B: "x"}`` as (name, value, null) triples; ``None`` when it is not a one-line flow
+    mapping."""
     text = text.strip()
     if not (text.startswith("{") and text.endswith("}")):
         return None
@@ -63,8 +76,21 @@ def flow_pairs(text: str) -> list[tuple[str, str | None]] | None:
     for part in split_list(text[1:-1]):
         match = _FIELD.fullmatch(part.strip())
         if match:
-            pairs.append((match.group(2), yaml_scalar(match.group(3) or "")))
+            raw = match.group(3) or ""
+            pairs.append((match.group(2), None if is_null(raw) else yaml_scalar(raw),
+                          is_null(raw)))
     return pairs
+
+
+@dataclass
+class _Open:
+    """A value that may continue on the next, more-indented lines."""
+
+    line: int
+    name: str  # the variable (a mapping key), or "value" (a Kubernetes item's field)
+    raw: str
+    parts: list[str]
+    quote: str = ""  # the open quote of a quoted value, until it closes
 
 
 @dataclass
@@ -80,6 +106,7 @@ class EnvBlock:
     _item_column: int | None = None  # column of the open item's keys
     _map_column: int | None = None  # column of the keys of a NAME: value block
     _item: dict[str, str | int | None] = field(default_factory=dict)
+    _open: _Open | None = None
 
     @classmethod
     def start(cls, line: str, number: int) -> EnvBlock | None:
@@ -98,8 +125,8 @@ class EnvBlock:
             pairs = flow_pairs(rest)
             if pairs is None:
                 return None  # environment: production, env_vars: |, ...
-            for name, value in pairs:
-                block._add(number, name, value, line.strip())
+            for name, value, null in pairs:
+                block._add(number, name, value, line.strip(), named=null)
             return block
         item = ITEM_LINE.fullmatch(line)
         if item:
@@ -111,20 +138,26 @@ class EnvBlock:
     def feed(self, line: str, number: int) -> bool:
         """Read ``line`` if it belongs to this block; ``False`` (and the block is done) if not."""
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            return True
         indent = len(line) - len(line.lstrip(" "))
+        if not stripped or (stripped.startswith("#") and not (self._open and self._open.quote)):
+            return True
         dash = re.match(r"-(?:\s+|$)", stripped)
         if indent < self.key_indent or (indent == self.key_indent and not dash):
             self.close()
             return False
+        column = self._item_column if self._dash is not None else self._map_column
+        if self._open is not None and column is not None and indent > column:
+            self._continue(stripped, number)
+            return True
+        self._finish()
         if dash and (self._dash is None or indent == self._dash):
             self._dash = indent
             self.close()
             rest = stripped[dash.end():]
             pairs = flow_pairs(rest)
             if pairs is not None:
-                self._item = {"line": number, "raw": stripped, **dict(pairs)}
+                self._item = {"line": number, "raw": stripped,
+                              **{k: "" if null else v for k, v, null in pairs}}
                 self.close()
             elif _FIELD.fullmatch(rest):
                 self._item = {"line": number, "raw": stripped}
@@ -139,15 +172,14 @@ class EnvBlock:
             self._map_column = indent
             match = _FIELD.fullmatch(stripped)
             if match:
-                rest = (match.group(3) or "").strip()
-                self._add(number, match.group(2), yaml_scalar(rest), stripped,
-                          named=not rest or rest.startswith("#"))
+                self._value(number, match.group(2), (match.group(3) or "").strip(), stripped)
             else:
                 self.unparsed.append(number)
         return True
 
     def close(self) -> None:
-        """Record the open Kubernetes item, if any."""
+        """Record the open value and the open Kubernetes item, if any."""
+        self._finish()
         item, self._item = self._item, {}
         name = item.get("name")
         if not isinstance(name, str) or not name:
@@ -164,9 +196,61 @@ class EnvBlock:
     def _field(self, text: str, number: int) -> None:
         match = _FIELD.fullmatch(text)
         if match and match.group(2) in ("name", "value", "valueFrom"):
-            self._item[match.group(2)] = yaml_scalar(match.group(3) or "")
-            if match.group(2) == "value":
+            key, raw = match.group(2), (match.group(3) or "").strip()
+            if key == "value":
                 self._item["value_line"] = number
+                self._value(number, "value", raw, text)
+            else:
+                self._item[key] = yaml_scalar(raw)
+
+    def _value(self, number: int, name: str, text: str, raw: str) -> None:
+        """A value that starts on this line: complete, or open for the lines below it."""
+        if is_null(text):
+            self._open = _Open(number, name, raw, [])
+        elif text[0] in "\"'" and yaml_scalar(text) is None:
+            self._open = _Open(number, name, raw, [text], text[0])
+        elif text[0] not in "|>&*!%@`[{\"'" and not re.search(r"\s#", text):
+            self._open = _Open(number, name, raw, [text])
+        else:
+            self._set(number, name, yaml_scalar(text), raw)
+
+    def _continue(self, text: str, number: int) -> None:
+        """A more-indented line under an open value: more of it, or (a key, a list item under
+        a key) a structure, which is not a variable's value."""
+        value = self._open
+        assert value is not None
+        if not value.parts and text[0] in "\"'":
+            value.quote = text[0]  # KEY: then its quoted value on the next line
+        if not value.quote and (_FIELD.fullmatch(text) or re.match(r"-(?:\s|$)", text)):
+            self._open = None
+            self.unparsed.append(value.line)
+            return
+        value.parts.append(text if value.quote else re.split(r"\s+#", text, maxsplit=1)[0])
+        if len(value.parts) > _MAX_PARTS:
+            self._open = None
+            self.unparsed.append(value.line)
+        elif value.quote and yaml_scalar(" ".join(value.parts)) is not None:
+            self._finish()
+        elif not value.quote and re.search(r"\s#", text):
+            self._finish()  # a comment ends a plain value
+
+    def _finish(self) -> None:
+        value, self._open = self._open, None
+        if value is None:
+            return
+        if not value.parts:  # null: named (a mapping key) or "" (a Kubernetes value)
+            self._set(value.line, value.name, None, value.raw, null=True)
+            return
+        text = " ".join(value.parts)
+        self._set(value.line, value.name, yaml_scalar(text) if value.quote else text.rstrip(),
+                  value.raw)
+
+    def _set(self, number: int, name: str, value: str | None, raw: str,
+             null: bool = False) -> None:
+        if name == "value" and self._dash is not None:
+            self._item["value"] = "" if null else value
+        else:
+            self._add(number, name, value, raw, named=null)
 
     def _list_string(self, text: str, number: int, raw: str) -> None:
         """A Compose list entry: ``NAME=VALUE`` sets, ``NAME`` passes the shell's value."""
@@ -181,8 +265,8 @@ class EnvBlock:
 
     def _add(self, number: int, name: str, value: str | None, raw: str,
              named: bool = False) -> None:
-        """A ``NAME: value`` entry; ``named``: no value written (Compose passes the shell's)."""
-        if not NAME.fullmatch(name) or value is None:
+        """A ``NAME: value`` entry; ``named``: YAML null (Compose passes the shell's value)."""
+        if not NAME.fullmatch(name) or (value is None and not named):
             self.unparsed.append(number)
         else:
             self.found.append((number, Found(name, None if named else value, SHAPE), raw))

@@ -1,0 +1,133 @@
+"""What ``labkit.nccl.paste.parse_env`` returns: every ``Assignment`` in order, merged into one
+``ParsedEnv`` the way the process would see it.
+
+In the environment the last assignment wins. Settings written to NCCL's config files (shape
+"nccl.conf", ``labkit.nccl.ncclconf``) are merged as NCCL merges them: ``setenv(name, value, 0)``
+keeps a variable the environment already has, the user's file (``$NCCL_CONF_FILE`` or
+``~/.nccl.conf``) is read before ``/etc/nccl.conf``, and within a file the first line wins. A
+file NCCL does not read (``~/.nccl.conf`` while ``NCCL_CONF_FILE`` names another) is left out,
+with a note; one it reads only if ``NCCL_CONF_FILE`` names it is kept, with a note.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from labkit.nccl.ncclconf import SHAPE as CONF_SHAPE
+from labkit.nccl.ncclconf import SYSTEM_FILE, conf_files_unread
+
+SHOWN = 20  # unparsed lines (and notes) a report lists; a pasted log can have hundreds
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One variable set (or named, or unset) by one line: ``value`` is ``None`` when the line only
+    names it (the value comes from elsewhere) or, with shape "unset", removes it; ``file`` is the
+    config file a "nccl.conf" line was written to."""
+
+    name: str
+    value: str | None
+    line: int
+    shape: str  # "export", "mpirun -x", "docker -e", "yaml env", "nccl.conf", ...
+    raw: str
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class ParsedEnv:
+    """What a pasted block sets: ``env`` (last assignment wins), every ``assignment`` in order,
+    ``named`` (passed on, value not given here), ``unparsed`` lines that look like settings but
+    could not be read, and ``notes`` on settings that do not do what they seem to."""
+
+    env: dict[str, str]
+    assignments: list[Assignment]
+    named: list[str]
+    unparsed: list[tuple[int, str]]
+    notes: list[tuple[int, str]]
+
+    @property
+    def count(self) -> int:
+        """How many variables the block sets or passes on."""
+        return len(self.env) + len(self.named)
+
+    def describe(self, source: str) -> list[str]:
+        """Lines for a report: how many variables were read, which were only named, what could
+        not be parsed."""
+        shapes = Counter(a.shape for a in self.assignments if a.shape != "unset")
+        plural = "" if self.count == 1 else "s"
+        lines = [f"read {self.count} variable{plural} from {source}"
+                 + (f" ({', '.join(f'{s} {n}' for s, n in shapes.items())})" if shapes else "")]
+        if self.named:
+            lines.append(f"named, value not given (not checked): {', '.join(self.named)}")
+        lines += [f"line {n}: could not parse: {shorten(text)}"
+                  for n, text in self.unparsed[:SHOWN]]
+        lines += [f"line {n}: {note}" for n, note in self.notes[:SHOWN]]
+        hidden = max(0, len(self.unparsed) - SHOWN) + max(0, len(self.notes) - SHOWN)
+        return lines + ([f"... and {hidden} more lines like these"] if hidden else [])
+
+
+def shorten(text: str, width: int = 120) -> str:
+    """``text`` cut to ``width`` characters for a report line."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def merge(assignments: list[Assignment], unparsed: list[tuple[int, str]],
+          notes: list[tuple[int, str]]) -> ParsedEnv:
+    """The environment the assignments leave, with notes on variables set more than once."""
+    env: dict[str, str] = {}
+    named: dict[str, None] = {}
+    values: dict[str, list[Assignment]] = {}
+    conf: dict[str, list[Assignment]] = {}
+    for a in assignments:
+        if a.shape == CONF_SHAPE:
+            conf.setdefault(a.name, []).append(a)
+        elif a.shape == "unset":
+            env.pop(a.name, None)
+            named.pop(a.name, None)
+        elif a.value is None:
+            if a.name not in env:
+                named[a.name] = None
+        else:
+            env[a.name] = a.value
+            named.pop(a.name, None)
+            values.setdefault(a.name, []).append(a)
+    notes = list(notes)
+    for name, sets in values.items():
+        if len({a.value for a in sets}) > 1:
+            earlier = ", ".join(f"{a.value!r} on line {a.line}" for a in sets[-4:-1])
+            earlier += f" and {len(sets) - 4} more" if len(sets) > 4 else ""
+            notes.append((sets[-1].line, f"{name} is set more than once ({earlier}); the "
+                          f"last one, {sets[-1].value!r}, is the one that counts"))
+    unread = conf_files_unread({a.file for sets in conf.values() for a in sets},
+                               env.get("NCCL_CONF_FILE", ""))
+    for name, sets in conf.items():
+        read = [a for a in sets if not unread.get(a.file, (False, ""))[0]]
+        if read:
+            notes += _conf_into(env, named, name, read)
+    first = {a.file: a.line for sets in conf.values() for a in reversed(sets)}
+    notes += [(first[file], note) for file, (_, note) in unread.items()]
+    return ParsedEnv(env, assignments, list(named), unparsed, sorted(notes, key=lambda n: n[0]))
+
+
+def _conf_into(env: dict[str, str], named: dict[str, None], name: str,
+               sets: list[Assignment]) -> list[tuple[int, str]]:
+    """Apply one variable's config-file lines: NCCL reads the user's file, then /etc/nccl.conf,
+    and setenv(..., 0) keeps the first value (and any the environment already has)."""
+    ordered = sorted(sets, key=lambda a: a.file == SYSTEM_FILE)  # stable: first line first
+    used = ordered[0]
+    if name in env or name in named:
+        shown = f"{env[name]!r}" if name in env else "its value"
+        if name in env and env[name] == used.value:
+            return []
+        return [(used.line, f"{name} is set in the environment and in {used.file}: the "
+                 f"environment's {shown} wins (NCCL reads its config files with setenv(name, "
+                 "value, 0), which keeps a variable already set)")]
+    env[name] = used.value or ""
+    if len({a.value for a in sets}) > 1:
+        others = ", ".join(f"{a.value!r} on line {a.line}" for a in ordered[1:4])
+        return [(used.line, f"{name} is written to NCCL's config files more than once "
+                 f"({others}): NCCL keeps the first value it reads, {used.value!r} from "
+                 f"{used.file} (setenv without overwrite; the user's file before "
+                 f"{SYSTEM_FILE})")]
+    return []
