@@ -229,38 +229,39 @@ def collect(model: ActorCritic, pool: EnvPool, steps: int, *, generator: torch.G
                    time.time())
 
 
-def evaluate(model: ActorCritic, episodes: int = 5, seed: int = 10_000) -> float:
-    """Mean return of ``episodes`` greedy episodes (argmax action) on fresh seeded envs."""
+def _mean_return(act: Callable[[np.ndarray], int], episodes: int, seed: int,
+                 env: gym.Env | None = None) -> float:
+    """Mean return of ``episodes`` episodes on envs reset with ``seed + e``, ``act`` choosing."""
+    env = env or gym.make(ENV_ID, disable_env_checker=True)
     total = 0.0
-    env = gym.make(ENV_ID, disable_env_checker=True)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for e in range(episodes):
-            obs, _ = env.reset(seed=seed + e)
-            over = False
-            while not over:
-                logits, _ = model(torch.as_tensor(obs, dtype=torch.float32, device=device))
-                obs, reward, terminated, truncated, _ = env.step(int(logits.argmax()))
-                total += float(reward)
-                over = terminated or truncated
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        over = False
+        while not over:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            total += float(reward)
+            over = terminated or truncated
     env.close()
     return total / episodes
+
+
+def evaluate(model: ActorCritic, episodes: int = 5, seed: int = 10_000) -> float:
+    """Mean return of ``episodes`` greedy episodes (argmax action) on fresh seeded envs."""
+    device = next(model.parameters()).device
+
+    def greedy(obs: np.ndarray) -> int:
+        logits, _ = model(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        return int(logits.argmax())
+
+    with torch.no_grad():
+        return _mean_return(greedy, episodes, seed)
 
 
 def random_policy_return(episodes: int = 50, seed: int = 20_000) -> float:
     """Mean return of ``episodes`` episodes with uniformly random actions: the score learning must beat."""
     env = gym.make(ENV_ID, disable_env_checker=True)
     env.action_space.seed(seed)
-    total = 0.0
-    for e in range(episodes):
-        env.reset(seed=seed + e)
-        over = False
-        while not over:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total += float(reward)
-            over = terminated or truncated
-    env.close()
-    return total / episodes
+    return _mean_return(lambda obs: int(env.action_space.sample()), episodes, seed, env)
 
 
 __all__ = ["ActorCritic", "EnvPool", "Rollout", "collect", "evaluate", "random_policy_return", "seed_everything",
