@@ -60,7 +60,7 @@ def _exists(ref: str) -> bool:
 
 
 def test_the_scan_sees_the_course() -> None:
-    notebooks = {where.split(" cell ")[0] for where, _ in TEXTS if where.endswith(tuple(f" cell {i}" for i in range(3)))}
+    notebooks = {where.split(" cell ")[0] for where, _ in TEXTS if " cell " in where}
     assert len([n for n in notebooks if n.startswith("notebooks/")]) >= 16
     assert any(where.startswith("labkit/") for where, _ in TEXTS)
 
