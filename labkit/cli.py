@@ -38,10 +38,10 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from labkit.buffers import bench as bench_buffer
 from labkit.capstone import run as capstone
+from labkit.cluster import cli as launch_cli
 from labkit.collectives import bench as collectives
 from labkit.errors import LabkitError
 from labkit.hangs import run as hangs_cli
@@ -49,7 +49,6 @@ from labkit.locks import cli as locks_cli
 from labkit.nccl import cli as nccl_cli
 from labkit.orchestration import control_agent, elastic, partition
 from labkit.orchestration import coordination as bench_coordination
-from labkit.runtime.launch import parse_env
 from labkit.scaling import ddp as bench_ddp
 from labkit.scaling import memory as bench_memory
 from labkit.training import fixed_lag as bench_staleness
@@ -152,39 +151,6 @@ def _course_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _launch(args: argparse.Namespace) -> int:
-    from labkit.runtime import cluster, launch
-
-    env = parse_env(args.env)
-    if args.slurm:
-        text = cluster.slurm_script(
-            args.nnodes, args.nproc_per_node, args.script, args.args,
-            max_restarts=args.max_restarts, env=env, gpus_per_node=args.gpus_per_node,
-        )
-        Path(args.slurm).write_text(text)
-        print(f"wrote {args.slurm}: submit it with `sbatch {args.slurm}`")
-        return 0
-    if args.hosts:
-        hosts = [h for h in args.hosts.split(",") if h]
-        options = dict(workdir=args.workdir, max_restarts=args.max_restarts, env=env)
-        if args.dry_run:
-            for command in cluster.ssh_commands(hosts, args.nproc_per_node, args.script,
-                                               args.args, **options):
-                print(shlex.join(command))
-            return 0
-        result = cluster.launch_hosts(hosts, args.nproc_per_node, args.script, args.args,
-                                     timeout_s=args.timeout, **options)
-    else:
-        result = launch.launch_local(
-            args.script, *args.args, nnodes=args.nnodes, nproc_per_node=args.nproc_per_node,
-            max_restarts=args.max_restarts, timeout_s=args.timeout, env=env,
-        )
-    if result.published is not None:
-        print(json.dumps(result.published))
-    result.check()
-    return 0
-
-
 def _bench_launch(args: argparse.Namespace) -> int:
     from labkit.runtime.launch_bench import measure_launch
 
@@ -254,21 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--output", help="keep the executed notebook (tracebacks) here")
     check.set_defaults(func=_course_check)
 
-    launch = commands.add_parser("launch", help="run a script on N nodes x P ranks (torchrun)")
-    launch.add_argument("--nnodes", type=int, default=1, help="simulated nodes (agents)")
-    launch.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node")
-    launch.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts")
-    launch.add_argument("--timeout", type=float, default=300, help="hard timeout, seconds")
-    launch.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra environment for every rank (repeatable)")
-    launch.add_argument("--hosts", help="real hosts, comma-separated: run over ssh in parallel")
-    launch.add_argument("--workdir", help="with --hosts: folder to cd into on every host")
-    launch.add_argument("--dry-run", action="store_true", help="with --hosts: print commands")
-    launch.add_argument("--slurm", metavar="FILE", help="write an sbatch script instead")
-    launch.add_argument("--gpus-per-node", type=int, help="with --slurm: #SBATCH --gpus-per-node")
-    launch.add_argument("script")
-    launch.add_argument("args", nargs=argparse.REMAINDER)
-    launch.set_defaults(func=_launch)
+    _add(commands, "launch", "run a script on N nodes x P ranks (torchrun): simulated, ssh "
+         "or Slurm", launch_cli.add_arguments, launch_cli.run)
 
     _add(commands, "train", "CartPole agents: sync (DDP) or async", train.add_arguments,
          train.run)

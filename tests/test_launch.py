@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from labkit.cluster import launch_hosts, slurm_script, ssh_commands
 from labkit.errors import LabkitError, LaunchError
 from labkit.runtime import launch
-from labkit.runtime.cluster import launch_hosts, slurm_script, ssh_commands
 from labkit.runtime.failures import LaunchTimeoutError, RankFailedError
 from labkit.runtime.launch import launch_code, launch_local
 from labkit.runtime.ports import free_port

@@ -27,7 +27,7 @@ LEVELS = {
     "services": 2,
     "course": 3,
     # topics that stand on the layers alone
-    "nccl": 4, "collectives": 4, "buffers": 4, "locks": 4, "hangs": 4, "reliability": 4,
+    "nccl": 4, "cluster": 4, "collectives": 4, "buffers": 4, "locks": 4, "hangs": 4, "reliability": 4,
     "observability": 4,
     # topics that build on one of those
     "rl": 5, "scaling": 5, "cost": 5, "orchestration": 5,

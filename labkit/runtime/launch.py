@@ -5,7 +5,7 @@ the agents meet through c10d rendezvous on 127.0.0.1: the same protocol real nod
 c10d the rendezvous assigns node ranks (torchrun's GROUP_RANK) by sorting the agents by address
 and pid; ``--node-rank`` only matters for the static backend, so labkit does not pass it.
 
-For a real cluster, ``labkit.runtime.cluster`` writes the same job as one torchrun command per host
+For a real cluster, ``labkit.cluster`` writes the same job as one torchrun command per host
 (run in parallel over ssh) or as a Slurm batch script.
 """
 

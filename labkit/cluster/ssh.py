@@ -7,6 +7,7 @@ The first host (or the allocation's first node) serves the c10d rendezvous on po
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import time
@@ -97,40 +98,20 @@ def launch_hosts(
     )
 
 
-def slurm_script(
-    nnodes: int,
-    nproc_per_node: int,
-    script: str,
-    args: Sequence[str] = (),
-    *,
-    job_name: str = "labkit",
-    time_limit: str = "01:00:00",
-    partition: str | None = None,
-    gpus_per_node: int | None = None,
-    rdzv_port: int = RDZV_PORT,
-    max_restarts: int = 0,
-    env: dict[str, str] | None = None,
-) -> str:
-    """An sbatch script: one torchrun per node (``srun --ntasks-per-node=1``), c10d on the
-    first node of the allocation, the Slurm job id as the rendezvous id."""
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={nnodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --time={time_limit}",
-    ]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    if gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={gpus_per_node}")
-    lines += ["", "set -euo pipefail",
-              'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)']
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
-    torchrun = " ".join([
-        "torchrun", '--nnodes="$SLURM_NNODES"', f"--nproc-per-node={nproc_per_node}",
-        "--rdzv-backend=c10d", f'--rdzv-endpoint="$head_node:{rdzv_port}"',
-        '--rdzv-id="$SLURM_JOB_ID"', f"--max-restarts={max_restarts}", shlex.join([script, *args]),
-    ])
-    lines += ["", f"srun {torchrun}", ""]
-    return "\n".join(lines)
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--hosts", help="real hosts, comma-separated: run over ssh in parallel")
+    group.add_argument("--workdir", help="with --hosts: folder to cd into on every host")
+    group.add_argument("--dry-run", action="store_true", help="with --hosts: print commands")
+
+
+def run(args: argparse.Namespace, env: dict[str, str]) -> LaunchResult | None:
+    """``labkit launch --hosts``: print the commands (``--dry-run``, returns None) or run them."""
+    hosts = [h for h in args.hosts.split(",") if h]
+    options = dict(workdir=args.workdir, max_restarts=args.max_restarts, env=env)
+    if args.dry_run:
+        for command in ssh_commands(hosts, args.nproc_per_node, args.script, args.args,
+                                    **options):
+            print(shlex.join(command))
+        return None
+    return launch_hosts(hosts, args.nproc_per_node, args.script, args.args,
+                        timeout_s=args.timeout or 3600.0, **options)
