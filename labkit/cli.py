@@ -29,6 +29,7 @@ ends it with ``labkit: error: ...`` and exit code 2, never a traceback.
     labkit partition election --nnodes 3 --rule quorum --json    (root: network namespaces)
     labkit partition collective --nnodes 3 --timeout 5 --json
     labkit capstone --steps 150000 --kill-slot 3 --kill-at-update 30 --out reports/capstone
+    labkit gpu-check [--json] [--only collectives,checkpoint] [--budget 270]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from labkit.capstone import run as capstone
 from labkit.cluster import cli as launch_cli
 from labkit.collectives import bench as collectives
 from labkit.errors import LabkitError
+from labkit.gpu import cli as gpu_cli
 from labkit.hangs import run as hangs_cli
 from labkit.locks import cli as locks_cli
 from labkit.nccl import cli as nccl_cli
@@ -236,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
          control_agent.add_arguments, control_agent.run)
     _add(commands, "partition", "split brain: elections and collectives with a node cut off",
          partition.add_arguments, partition.run)
+    _add(commands, "gpu-check", "the course's CUDA/NCCL paths on this host's GPUs",
+         gpu_cli.add_arguments, gpu_cli.run)
 
     nccl = commands.add_parser("nccl", help="NCCL and torch.distributed settings").add_subparsers(
         dest="nccl_command", required=True)

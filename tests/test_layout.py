@@ -33,7 +33,8 @@ LEVELS = {
     "rl": 5, "scaling": 5, "cost": 5, "orchestration": 5,
     "training": 6,
     "capstone": 7,
-    "cli": 8, "__main__": 9,
+    "gpu": 8,
+    "cli": 9, "__main__": 10,
 }
 TOP_LEVEL_MODULES = {"__init__", "__main__", "cli", "errors"}
 MAX_LINES = 400

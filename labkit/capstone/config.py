@@ -75,6 +75,7 @@ class CapstoneConfig:
     lease_ttl_s: float = 10.0  # the learner's lease: renewed every 0.25 s
     learner_timeout_s: float = 30.0  # actors stop when the learner is silent this long
     seed: int = 0  # seeds every actor's environments and the model
+    learner_device: str = ""  # the learner's torch device, e.g. cuda:0 ("": the one dist.setup gives its rank)
     timeout_s: float = 600.0  # the whole launch
     workdir: str = ""  # checkpoints and the progress log (set by run_capstone)
 

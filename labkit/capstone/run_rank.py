@@ -114,7 +114,7 @@ def _learn(cfg: CapstoneConfig, info: RankInfo, store: FencedPolicyStore, metric
     metrics.observe_lock_wait(lease_wait, "learner-lease")
 
     seed_everything(cfg.seed)
-    model = ActorCritic(h.hidden).to(info.device)
+    model = ActorCritic(h.hidden).to(cfg.learner_device or info.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=h.lr)
     checkpoints = CheckpointManager(Path(cfg.workdir) / "checkpoints", rank=0, world_size=1,
                                     keep=3, fingerprint=model_fingerprint(model))
