@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from labkit.cluster import slurm, ssh
 from labkit.runtime import launch
+from labkit.runtime.interrupts import Terminated, sigterm_raises
 from labkit.runtime.launch import parse_env
 
 LOCAL_TIMEOUT_S = 300.0  # simulated nodes only: a lesson's job on this machine
@@ -33,6 +35,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the launch; Ctrl-C or SIGTERM end it (and everything it started) with one line."""
+    try:
+        with sigterm_raises():
+            return _run(args)
+    except KeyboardInterrupt:
+        print("labkit: launch interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except Terminated:
+        print("labkit: launch ended by SIGTERM", file=sys.stderr)
+        return 143
+
+
+def _run(args: argparse.Namespace) -> int:
     env = parse_env(args.env)
     if args.slurm:
         return slurm.run(args, env)

@@ -20,7 +20,7 @@ from labkit.runtime.proctree import children
 
 def pump_lines(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a text stream)
     for line in stream:
-        line = line.rstrip("\n")
+        line = line.rstrip("\r\n")  # \r: a remote terminal's (ssh -tt) line ends
         lines.put(line if line.startswith("[node") else f"[{label}] {line}")
     stream.close()
 
