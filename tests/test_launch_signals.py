@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import find_leftover_processes
 
 from labkit.runtime.failures import RankSignaledError
 from labkit.runtime.launch import launch_local
@@ -192,3 +193,33 @@ def test_rank_killed_on_purpose_then_restarted_does_not_raise(tmp_path, leftover
     assert (failure.rank, failure.restart, failure.signal) == (0, 0, "SIGKILL"), log
     assert failure.stderr == ("attempt 0",)
     assert leftover_processes(run_dir) == []
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_labkit_launch_ended_by_a_signal_removes_its_folder_and_processes(tmp_path, sig, code):
+    """``labkit launch`` on simulated nodes, ended by SIGTERM or Ctrl-C while its ranks run:
+    one line, the exit code a signal gives, and no process or temp folder of the launch left."""
+    script = write_script(tmp_path, """\
+        import os, time
+        print("ranks-running", os.environ["RANK"], flush=True)
+        time.sleep(600)
+        """)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--nproc-per-node", "2",
+         str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(scratch), "LABKIT_TEST_MARK": mark})
+    seen = 0
+    for line in proc.stdout:  # the ranks run: the launch folder exists now
+        seen += "ranks-running" in line
+        if seen == 2:
+            break
+    assert [p.name for p in scratch.iterdir()][0].startswith("labkit-launch-")
+    proc.send_signal(sig)
+    assert proc.wait(timeout=120) == code
+    said = proc.stderr.read().strip().splitlines()
+    assert said[-1] in ("labkit: launch ended by SIGTERM", "labkit: launch interrupted (Ctrl-C)")
+    assert list(scratch.iterdir()) == []
+    assert find_leftover_processes(mark, name="LABKIT_TEST_MARK") == []
