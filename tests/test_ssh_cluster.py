@@ -139,7 +139,10 @@ def test_a_two_host_job_runs_as_the_readme_says_and_leaves_nothing(lab, first_jo
 
 
 def test_two_jobs_on_the_same_first_host_get_their_own_rendezvous(lab, job, job_seconds):
-    readers = [Reader(launch(lab, "h1,h2", str(job))) for _ in range(2)]
+    # The second names the hosts by address, as the README's example does: torchrun's own guess
+    # of which agent hosts the store compares it with the host's name, which resolves to loopback.
+    by_address = ",".join(lab.address(host) for host in ("h1", "h2"))
+    readers = [Reader(launch(lab, hosts, str(job))) for hosts in ("h1,h2", by_address)]
     results = [reader.finish(wait_s=600) for reader in readers]
     for code, lines, err in results:
         assert code == 0, "\n".join(lines) + err

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -38,6 +39,10 @@ RDZV_PORT = 29400  # torchrun's default c10d endpoint port: only in a dry run's 
 PORT_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 SSH_FAILED = 255  # ssh's own exit code: it could not connect or authenticate
 NOT_FOUND = 127  # the shell's: the interpreter (or cd's folder) is not there
+LOOPBACK_PEER = re.compile(r"remote=\[127\.")  # gloo dialled a rank that advertised loopback
+LOOPBACK_HINT = (". A rank advertised a loopback address (its hostname resolves to 127.x, as "
+                 "Debian's 127.0.1.1 does): set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to "
+                 "the interface the hosts share, e.g. --env GLOO_SOCKET_IFNAME=eth0")
 
 
 def remote_python(python: str | None, workdir: str | None) -> str:
@@ -103,11 +108,12 @@ def free_port_on(host: Host, python: str, workdir: str | None, ssh: SshSettings)
     except subprocess.TimeoutExpired as exc:
         raise LaunchError(f"{host.name}: no answer over ssh in {exc.timeout:g} s") from None
     if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-        raise LaunchError(f"{host.name}: {_why(proc.returncode, proc.stderr.splitlines(), python)}")
+        raise LaunchError(f"{host.name}: {explain_failure(proc.returncode, proc.stderr.splitlines(), python)}")
     return int(proc.stdout.strip())
 
 
-def _why(code: int | None, lines: Sequence[str], python: str) -> str:
+def explain_failure(code: int | None, lines: Sequence[str], python: str) -> str:
+    """One phrase for how a host's ssh ended: ssh itself (255), not found (127) or torchrun."""
     last = next((line.strip() for line in reversed(lines) if line.strip()), "")
     if code == SSH_FAILED:
         hint = (" (host keys must be in known_hosts: ssh once by hand, or ssh-keyscan)"
@@ -117,7 +123,8 @@ def _why(code: int | None, lines: Sequence[str], python: str) -> str:
         return (f"not found on the host (exit 127): {last}. The host runs {python}: pass "
                 "--workdir with the lab's folder (its .venv) or --python")
     cause = _root_cause(lines)
-    return f"torchrun exited with code {code}" + (f": {cause}" if cause else "")
+    hint = LOOPBACK_HINT if any(LOOPBACK_PEER.search(line) for line in lines) else ""
+    return f"torchrun exited with code {code}" + (f": {cause}" if cause else "") + hint
 
 
 def _root_cause(lines: Sequence[str]) -> str:
@@ -213,7 +220,7 @@ def launch_hosts(
         node = first.node
         mine = [line.removeprefix(f"[{labels[node]}] ") for line in output
                 if line.startswith(f"[{labels[node]}] ")]
-        failure = f"{labels[node]}: {_why(codes[node], mine, interpreter)}"
+        failure = f"{labels[node]}: {explain_failure(codes[node], mine, interpreter)}"
     return HostsResult(
         returncode=0 if all(c == 0 for c in codes) else 1, node_returncodes=codes,
         seconds=time.monotonic() - started, timed_out=timed_out, output=output, failures=[],
