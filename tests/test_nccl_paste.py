@@ -396,3 +396,22 @@ def test_check_refuses_a_fifo(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ParameterError, match="cannot read --env-file .*FIFO"):
         run(parse_args("--env-file", str(fifo)))
+
+
+def test_a_code_span_over_several_lines_is_read_line_by_line():
+    text = ("It hangs with\n`export NCCL_LL_BUFFSIZE=131074 \nexport NCCL_LL128_BUFFSIZE=131072 \n"
+            "export  NCCL_BUFFSIZE=1048576 `\nand works without.\n")
+    parsed = parse_env(text)
+    assert parsed.env == {"NCCL_LL_BUFFSIZE": "131074", "NCCL_LL128_BUFFSIZE": "131072",
+                          "NCCL_BUFFSIZE": "1048576"}
+    assert [a.line for a in parsed.assignments] == [2, 3, 4] and not parsed.unparsed
+
+
+def test_a_hash_prompt_is_read_only_when_nothing_else_sets_anything():
+    prompt = "# mpirun -np 2 -x NCCL_DEBUG=INFO -x NCCL_IB_HCA=mlx5 ./all_reduce_perf\n"
+    parsed = parse_env(prompt)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "mlx5"}
+    assert "root shell prompt" in parsed.notes[0][1]
+    assert parse_env("#!/bin/bash\n" + prompt).env == {}  # a script: its # lines are comments
+    assert parse_env("export NCCL_DEBUG=WARN\n" + prompt).env == {"NCCL_DEBUG": "WARN"}
+    assert parse_env("# export NCCL_IB_DISABLE=1\n").env == {}  # commented out, not set

@@ -28,6 +28,7 @@ import os
 import re
 import stat
 from bisect import bisect_right
+from dataclasses import replace
 
 from labkit.errors import ParameterError
 from labkit.nccl import ncclconf, pydict
@@ -48,6 +49,11 @@ _PROMPT = re.compile(r"""\s*(?:\+{1,9}\s+                          # set -x trac
     | (?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?)\s*\#\s+        # root@host:~#, [root@host ~]#
     | (?:>>>|\.\.\.|>|[-*+])\s+ | In\s\[\d+\]:\s*)            # python, quote, bullet, IPython
     """, re.VERBOSE)
+# "# mpirun -x ..." is a command behind root's prompt when the rest of a paste sets nothing; a
+# commented-out "# export A=1" stays a comment.
+_ROOT_PROMPT = re.compile(r"^[ \t]*#[ \t]+((?:sudo[ \t]+)?(?:mpirun|mpiexec|torchrun|srun|docker|"
+                          r"python3?|deepspeed|accelerate|[A-Z][A-Z0-9_]*=\S*[ \t]+\S)\b)",
+                          re.MULTILINE)
 _SYSTEMD_SECTION = re.compile(r"^\[(?:Unit|Service|Install)\]\s*$", re.MULTILINE)
 _SYSTEMD_KEY = re.compile(r"[A-Z][A-Za-z]*=")
 _WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL)"
@@ -74,6 +80,14 @@ def parse_env(text: str) -> ParsedEnv:
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     reader = _Reader(text)
     reader.run()
+    if not reader.assignments and not text.startswith("#!") and _ROOT_PROMPT.search(text):
+        unprompted = _Reader(_ROOT_PROMPT.sub(r"\1", text))
+        unprompted.run()
+        if unprompted.assignments:
+            first = unprompted.assignments[0].line
+            unprompted.notes.insert(0, (first, "read '# <command>' as a root shell prompt, not a "
+                                        "comment: nothing else in the text sets a variable"))
+            return unprompted.result()
     return reader.result()
 
 
@@ -135,6 +149,10 @@ class _Reader:
         if not stripped or stripped.startswith(("```", "~~~")) or \
                 stripped.lower() in _LANGUAGE_TAGS:
             return i + 1
+        if stripped.startswith("`") and not stripped.startswith("``"):
+            after = self._code_span(i)
+            if after is not None:
+                return after
         if stripped.startswith("#"):
             if stripped.startswith("#SBATCH"):  # sbatch reads these options
                 self._shell_text(number, stripped, "sbatch " + stripped[7:])
@@ -172,6 +190,23 @@ class _Reader:
             self._check_read(i, stripped, [])  # prose, or commands that set nothing
             return i + 1
         return self._shell(i)
+
+    def _code_span(self, i: int) -> int | None:
+        """A Markdown code span opening a line and closing at the end of a later one
+        (`` `export A=1 <newline> export B=2` ``): its inside read as lines of their own; the
+        line after it, or None when the line opens no such span."""
+        opening = self.starts[i] + self.lines[i].index("`")
+        closing = self.text.find("`", opening + 1)
+        last = bisect_right(self.starts, closing) - 1 if closing > 0 else -1
+        if last <= i or last - i > _MAX_SPAN or self.text[closing + 1:self.starts[last]
+                                                            + len(self.lines[last])].strip():
+            return None
+        inside = _Reader(self.text[opening + 1:closing])
+        inside.run()
+        self.assignments += [replace(a, line=a.line + i) for a in inside.assignments]
+        self.unparsed += [(n + i, text) for n, text in inside.unparsed]
+        self.notes += [(n + i, note) for n, note in inside.notes]
+        return last + 1
 
     def _may_hold_env(self, i: int) -> bool:
         """Whether a literal opening on line ``i`` can be an environment: ``env`` before its

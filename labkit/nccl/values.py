@@ -37,6 +37,8 @@ TUNING_CC = NCCL_GITHUB + "src/graph/tuning.cc#L17-L34"
 PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.24.3-1/src/graph/tuning.cc#L53-L110"
 OLD_PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.23.4-1/src/graph/tuning.cc#L34-L52"
 IB_HINT = NCCL_GITHUB + "src/transport/net_ib/common.h#L621-L626"
+LL128_LINE_DATA = 120  # data bytes in one 128-byte LL128 line (the other 8 are its flag)
+LL128_ISSUE = "https://github.com/NVIDIA/nccl/issues/1739"
 CLAMP_WARNS = {"NCCL_SOCKET_NTHREADS"}  # NCCL prints a WARN line when it clamps these
 
 
@@ -53,6 +55,14 @@ def _integer(var: Variable, value: str, ctx: Context) -> list[Finding]:
             and number & (number - 1):
         found.append(info(var.name, f"{number} is not a power of 2 (NCCL's docs recommend powers "
                           "of 2)", source=var.doc))
+    if var.name == "NCCL_LL128_BUFFSIZE" and number > 0 and number % LL128_LINE_DATA:
+        found.append(warning(
+            var.name, f"{number} is not a multiple of 120 bytes: an LL128 line carries 120 bytes "
+            "of data and an 8-byte flag, and a buffer that is not whole lines hangs or fails "
+            "nccl-tests' data check (NCCL's answer in NVIDIA/nccl#1739)",
+            f"{var.name}={number // LL128_LINE_DATA * LL128_LINE_DATA or LL128_LINE_DATA} (a "
+            "multiple of 120; 120 x a power of 2 such as 122880), or leave it unset",
+            source=LL128_ISSUE))
     if var.name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") and number == 0:
         found.append(info(var.name, "0 turns the flight recorder off: nothing to dump after a "
                           "hang", "leave it unset (2000 events in torch 2.13)", source=var.link))
