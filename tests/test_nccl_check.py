@@ -238,6 +238,11 @@ def test_unknown_variables_are_never_errors_and_typo_hints_are_for_typos_only():
     fabric = check_env({"FI_EFA_FOO": "1", "OFI_NCCL_BAR": "1"})
     assert all("did you mean" not in f.fix and "NCCL reads" not in f.message for f in fabric)
     assert "did you mean TORCH_FR_BUFFER_SIZE?" in check_env({"TORCH_FR_BUFER_SIZE": "1"})[0].fix
+    (lost,) = check_env({"CCL_NET_GDR_LEVEL": "PHB"})  # its first word lost a letter
+    assert lost.severity == "warning" and "did you mean NCCL_NET_GDR_LEVEL?" in lost.fix
+    other_tools = {"OMPI_MCA_btl": "tcp", "CUDA_VISIBLE_DEVICES": "0,1", "UCX_NET_DEVICES": "x",
+                   "HF_HUB_DISABLE_XET": "1", "VLLM_LOGGING_LEVEL": "INFO"}
+    assert check_env(other_tools) == []
 
 
 def test_real_variables_are_known_and_their_prefixes_watched():

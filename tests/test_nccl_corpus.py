@@ -93,7 +93,8 @@ def test_corpus_figures_meet_the_bar():
     assert len(figures.unknown_documented) <= 2, summary
 
 
-HELD_OUT = [CORPUS_DIR.parent / name / "manifest.json" for name in ("nccl_configs_heldout", "nccl_configs_heldout2")]
+HELD_OUT = [CORPUS_DIR.parent / name / "manifest.json"
+            for name in ("nccl_configs_heldout", "nccl_configs_heldout2", "nccl_configs_heldout3")]
 
 
 @pytest.mark.parametrize("manifest", HELD_OUT, ids=lambda p: p.parent.name)

@@ -415,3 +415,20 @@ def test_a_hash_prompt_is_read_only_when_nothing_else_sets_anything():
     assert parse_env("#!/bin/bash\n" + prompt).env == {}  # a script: its # lines are comments
     assert parse_env("export NCCL_DEBUG=WARN\n" + prompt).env == {"NCCL_DEBUG": "WARN"}
     assert parse_env("# export NCCL_IB_DISABLE=1\n").env == {}  # commented out, not set
+
+
+def test_python_shapes_over_lines_and_in_string_literals():
+    split = 'os.environ[\n    "NCCL_NTHREADS"\n] = "1"  # one thread\nos.environ["NCCL_PROTO"] = "Simple"\n'
+    assert parse_env(split).env == {"NCCL_NTHREADS": "1", "NCCL_PROTO": "Simple"}
+    strings = 'command = (\n    "NCCL_DEBUG=WARN "\n    "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 "\n    f"python {script} "\n)\n'
+    assert parse_env(strings).env == {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_a_prefix_block_ending_at_a_fence_and_pairs_in_prose():
+    block = "```\nNCCL_IB_TIMEOUT=11 \\\nNCCL_DEBUG=INFO \\\n```\n"
+    parsed = parse_env(block)
+    assert parsed.env == {"NCCL_IB_TIMEOUT": "11", "NCCL_DEBUG": "INFO"} and not parsed.unparsed
+    prose = parse_env("I worked around it with NCCL_LL_THRESHOLD=0. It was fixed in 2.4.6.\n")
+    assert prose.env == {"NCCL_LL_THRESHOLD": "0"} and not prose.unparsed
+    assert parse_env("Try NCCL_SOCKET_IFNAME=eth0, then NCCL_IB_TIMEOUT=1.5 too\n").env == {
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_TIMEOUT": "1.5"}

@@ -25,6 +25,7 @@ from labkit.nccl.registry import (
 )
 from labkit.nccl.registry_nccl_source import RELEASES
 
+MIN_PREFIX_TYPO = 10  # shorter names outside NCCL_/TORCH_ are too often some other tool's own
 SOURCE_SPAN = f"{RELEASES[0]} to {RELEASES[-1]}"
 NCCL_TREE = f"https://github.com/NVIDIA/nccl/tree/v{RELEASES[-1]}-1/src"
 
@@ -59,6 +60,24 @@ def unknown_variable(name: str, ctx: Context) -> list[Finding]:
     if name.startswith("GLOO_"):
         return [info(name, "not a variable this checker knows", _hint(name, "gloo", ctx) +
                      f"check the name at {DIST_DOC}", source=DIST_DOC)]
+    return _prefix_typo(name, ctx)
+
+
+def _prefix_typo(name: str, ctx: Context) -> list[Finding]:
+    """A name outside the watched prefixes one edit from an NCCL or torch variable with a
+    different first word (``CCL_NET_GDR_LEVEL``, ``NCL_DEBUG``): the intended setting is lost."""
+    if len(name) < MIN_PREFIX_TYPO or "_" not in name:
+        return []
+    for candidate, var in REGISTRY.items():
+        if var.owner in ("nccl", "pytorch") and candidate not in ctx.env and \
+                candidate.split("_")[0] != name.split("_")[0] and \
+                abs(len(candidate) - len(name)) <= 1 and edit_distance(name, candidate) == 1:
+            return [warning(name, f"one letter from {candidate}, which "
+                            f"{'NCCL' if var.owner == 'nccl' else 'PyTorch'} reads; {name} itself "
+                            "is not a name it reads, so the setting is not applied",
+                            f"did you mean {candidate}? check the name at {var.link or NCCL_DOC}",
+                            Edit("rename", candidate, f"{candidate} is the variable read"),
+                            source=var.link or NCCL_DOC)]
     return []
 
 

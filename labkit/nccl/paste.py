@@ -71,6 +71,9 @@ _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
 _MAX_SPAN = 20  # physical lines one quoted value may span
+_STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
+_SENTENCE = re.compile(r"\s*[A-Z][a-z']*\s")  # "I worked ...", "Try ...": not a command line
+_PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`,;()<>]+?)(?=[.,;:!?)]*(?:\s|$))")
 _WATCHED_KEY = re.compile(_WATCHED)
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 
@@ -175,6 +178,15 @@ class _Reader:
             shape = "export" if simple.group(1) else "K=V"
             self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape)])
             return i + 1
+        if "os.environ[" in line and "]" not in line:  # os.environ[ / "KEY" / ] = "v"
+            joined = self._joined(i, "]")
+            if joined is not None and (found := self._code_pairs(joined[0])):
+                self._add(number, joined[0], found)
+                return joined[1]
+        string = _STRING_LINE.fullmatch(line) if "=" in line else None
+        if string and _MENTION.search(string.group(2)):  # "NCCL_X=1 " in Python strings
+            self._shell_text(number, stripped, string.group(2))
+            return i + 1
         found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
             else []
         top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
@@ -207,6 +219,14 @@ class _Reader:
         self.unparsed += [(n + i, text) for n, text in inside.unparsed]
         self.notes += [(n + i, note) for n, note in inside.notes]
         return last + 1
+
+    def _joined(self, i: int, closing: str, most: int = 4) -> tuple[str, int] | None:
+        """Line ``i`` and the next few up to the one holding ``closing``, joined without their
+        breaks and indents; with the line after them. None when ``closing`` never comes."""
+        for last in range(i + 1, min(len(self.lines), i + most)):
+            if closing in self.lines[last]:
+                return "".join(line.strip() for line in self.lines[i:last + 1]), last + 1
+        return None
 
     def _may_hold_env(self, i: int) -> bool:
         """Whether a literal opening on line ``i`` can be an environment: ``env`` before its
@@ -257,9 +277,13 @@ class _Reader:
         start = self.starts[i] + (prompt.end() if prompt else 0)
         last = i
         while last + 1 < len(self.lines) and last - i < 50 and \
-                (len(self.lines[last]) - len(self.lines[last].rstrip("\\"))) % 2:
+                (len(self.lines[last]) - len(self.lines[last].rstrip("\\"))) % 2 and \
+                not self.lines[last + 1].strip().startswith(("```", "~~~")):
             last += 1
-        end = self.starts[last] + len(self.lines[last])
+        end = self.starts[last] + len(self.lines[last].rstrip())
+        if self.text[end - 1:end] == "\\" and (len(self.lines[last].rstrip()) - len(
+                self.lines[last].rstrip().rstrip("\\"))) % 2:  # continued onto a fence or nothing
+            end -= 1
         content = self.text[start:end].strip()
         if len(content) > 2 and content[0] == content[-1] == "`" and "`" not in content[1:-1]:
             start, end = self.text.index("`", start) + 1, self.text.rindex("`", start, end)
@@ -303,6 +327,11 @@ class _Reader:
         if "env" in span:
             span = _READ_IN_CODE.sub("", span)
         missing = {m.group(1) or m.group() for m in _MENTION.finditer(span)} - read
+        prose = [Found(m.group(1), m.group(2), "in prose") for m in _PROSE_PAIR.finditer(span)
+                 if m.group(1) in missing] if _SENTENCE.match(span) else []
+        if prose:  # "worked around it with NCCL_LL_THRESHOLD=0." read as what it sets
+            self._add(i + 1, span.strip(), prose)
+            missing -= {f.name for f in prose}
         if any(not any(name in (f.value or "") for f in found) for name in missing):
             self.unparsed.append((i + 1, self.lines[i].strip()))
 
