@@ -75,36 +75,61 @@ def test_launch_with_a_missing_script_is_a_clear_error(tmp_path):
 
 def test_launch_hosts_dry_run_prints_one_ssh_command_per_host(tmp_path):
     proc = labkit("launch", "--hosts", "a,b", "--nproc-per-node", "2", "--workdir", "/srv/lab",
-                  "--dry-run", "train.py", "--x", "a b", cwd=tmp_path)
+                  "--ssh-port", "2222", "--dry-run", "train.py", "--x", "a b", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    note, *lines = proc.stdout.splitlines()
+    assert note.startswith("# ") and "free rendezvous port" in note  # a shell comment
     assert len(lines) == 2
     commands = [shlex.split(line) for line in lines]
-    assert [c[:4] for c in commands] == [["ssh", "-o", "BatchMode=yes", "a"],
-                                         ["ssh", "-o", "BatchMode=yes", "b"]]
-    assert commands[0][4] == commands[1][4]
-    remote = shlex.split(commands[0][4])
-    assert remote[:4] == ["cd", "/srv/lab", "&&", "torchrun"]
+    assert [c[-2] for c in commands] == ["a", "b"]
+    assert all(c[:2] == ["ssh", "-tt"] and "2222" in c for c in commands)
+    remote = shlex.split(commands[0][-1])
+    assert remote[:4] == ["cd", "/srv/lab", "&&", "exec"]
+    assert "/srv/lab/.venv/bin/python" in remote
     assert "--rdzv-endpoint=a:29400" in remote and "--nnodes=2" in remote
     assert remote[-3:] == ["train.py", "--x", "a b"]
     assert list(tmp_path.iterdir()) == []  # a dry run starts and writes nothing
 
 
+def test_launch_hosts_refuses_a_bad_host_list(tmp_path):
+    proc = labkit("launch", "--hosts", "a,a", "--dry-run", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("labkit: error: a host is named twice")
+
+
 def test_launch_slurm_writes_a_batch_script(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "logs").mkdir()
     target = tmp_path / "job.sbatch"
     proc = labkit("launch", "--slurm", str(target), "--nnodes", "3", "--nproc-per-node", "4",
-                  "--gpus-per-node", "4", "--env", "MSG=hello world", "train.py", "--lr", "0.1",
+                  "--gpus-per-node", "4", "--cpus-per-task", "8", "--partition", "gpu",
+                  "--account", "proj", "--output", "logs/%j.out", "--job-name", "lab",
+                  "--timeout", "90", "--env", "MSG=hello world", "train.py", "--lr", "0.1",
                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"sbatch {target}" in proc.stdout
     text = target.read_text()
     subprocess.run(["bash", "-n", str(target)], check=True)
     lines = text.splitlines()
-    assert "#SBATCH --nodes=3" in lines and "#SBATCH --gpus-per-node=4" in lines
-    assert "export MSG='hello world'" in lines
+    for expected in ("#SBATCH --nodes=3", "#SBATCH --gpus-per-node=4",
+                     "#SBATCH --cpus-per-task=8", "#SBATCH --partition=gpu",
+                     "#SBATCH --account=proj", "#SBATCH --output=logs/%j.out",
+                     "#SBATCH --job-name=lab", "#SBATCH --time=00:02:00",
+                     f"#SBATCH --chdir={tmp_path}", "export MSG='hello world'"):
+        assert expected in lines
     (srun,) = [line for line in lines if line.startswith("srun ")]
-    assert srun.startswith("srun torchrun ") and "--nproc-per-node=4" in srun
-    assert srun.endswith("train.py --lr 0.1")
+    assert srun.startswith("srun --kill-on-bad-exit=1 ")
+    torchrun = lines[lines.index(srun) + 2]
+    assert torchrun.startswith(f"  {shlex.quote(sys.executable)} ")
+    assert "--nproc-per-node=4" in torchrun
+    assert lines[lines.index(srun) + 3] == f"  {tmp_path / 'train.py'} --lr 0.1"
+
+    # What a batch script could not run says so before anything is written.
+    for argv, words in ((["missing.py"], "training script missing.py not found"),
+                        (["--timeout", "0", "train.py"], "--timeout wants a positive number")):
+        proc = labkit("launch", "--slurm", str(tmp_path / "bad.sbatch"), *argv, cwd=tmp_path)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and not (tmp_path / "bad.sbatch").exists()
 
 
 def test_bench_launch_json():

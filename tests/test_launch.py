@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -22,12 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cluster import launch_hosts, slurm_script, ssh_commands
+from labkit.cluster import slurm, slurm_script, ssh_commands
+from labkit.cluster.hosts import SshSettings, parse_hosts
+from labkit.cluster.remote import cleanup_script
+from labkit.cluster.ssh import explain_failure
 from labkit.errors import LabkitError, LaunchError
 from labkit.runtime import launch
 from labkit.runtime.failures import LaunchTimeoutError, RankFailedError
 from labkit.runtime.launch import launch_code, launch_local
 from labkit.runtime.ports import free_port
+from labkit.runtime.proctree import MARK_ENV
 from labkit.runtime.worker import PrefixedLines
 
 LINE = re.compile(r"^\[node(\d+) rank(\d+)\] (.*)$")
@@ -315,24 +320,58 @@ def test_bad_port_range_is_explained(monkeypatch, spec):
 # --- commands for real clusters ----------------------------------------------------------------
 
 
-def test_ssh_commands_are_the_same_torchrun_on_every_host():
-    commands = ssh_commands(["h1", "h2"], 4, "train.py", ["--x", "a b"], workdir="/srv/lab")
+def test_ssh_commands_give_each_host_its_role_and_the_labs_interpreter():
+    commands = ssh_commands(["h1", "root@h2"], 4, "train.py", ["--x", "a b"], workdir="/srv/lab",
+                            rdzv_port=40123, ssh=SshSettings(port=2222, identity="/k/id",
+                                                             options=("ConnectTimeout=5",)))
     assert len(commands) == 2
-    assert [c[:4] for c in commands] == [["ssh", "-o", "BatchMode=yes", "h1"],
-                                         ["ssh", "-o", "BatchMode=yes", "h2"]]
-    assert all(len(c) == 5 for c in commands)
-    remote = shlex.split(commands[0][4])
-    assert remote == shlex.split(commands[1][4])  # identical, run id included
-    assert remote[:4] == ["cd", "/srv/lab", "&&", "torchrun"]
-    assert "--rdzv-endpoint=h1:29400" in remote
-    assert "--nnodes=2" in remote and "--nproc-per-node=4" in remote
-    assert "--rdzv-backend=c10d" in remote
-    assert not any(arg.startswith("--node-rank") for arg in remote)  # c10d assigns them
-    assert [a for a in remote if a.startswith("--rdzv-id=")][0] != "--rdzv-id="
-    assert remote[-3:] == ["train.py", "--x", "a b"]
-    assert "'a b'" in commands[0][4]
+    for command, target in zip(commands, ["h1", "root@h2"], strict=True):
+        assert command[:2] == ["ssh", "-tt"]  # a terminal: a dropped connection hangs up torchrun
+        assert command[-2] == target
+        for pair in (["-p", "2222"], ["-i", "/k/id"], ["-o", "BatchMode=yes"],
+                     ["-o", "ConnectTimeout=5"]):
+            assert pair[1] in command and command[command.index(pair[1]) - 1] == pair[0]
+    first, second = (shlex.split(c[-1]) for c in commands)
+    assert first[:4] == ["cd", "/srv/lab", "&&", "exec"]
+    python = first.index("/srv/lab/.venv/bin/python")  # the lab's venv, not PATH's torchrun
+    assert first[python + 1:python + 3] == ["-m", "torch.distributed.run"]
+    for remote, name, is_host in ((first, "h1", "true"), (second, "h2", "false")):
+        assert "--rdzv-endpoint=h1:40123" in remote  # the user is not part of the address
+        assert f"--local-addr={name}" in remote and f"--rdzv-conf=is_host={is_host}" in remote
+        assert "--nnodes=2" in remote and "--nproc-per-node=4" in remote
+        assert not any(arg.startswith("--node-rank") for arg in remote)  # c10d assigns them
+        assert remote[-3:] == ["train.py", "--x", "a b"]
+    run_ids = {a for a in first + second if a.startswith("--rdzv-id=")}
+    assert len(run_ids) == 1 and run_ids != {"--rdzv-id="}
     with pytest.raises(LaunchError):
         ssh_commands([], 1, "train.py")
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("", "at least one host"), ("h1,h1", "named twice"), ("a b", "bad host"),
+    ("@h1", "bad host"), ("h1,", None),
+])
+def test_hosts_are_parsed_or_refused_clearly(spec, words):
+    if words is None:
+        assert [h.name for h in parse_hosts(spec)] == ["h1"]
+        return
+    with pytest.raises(LabkitError, match=words):
+        parse_hosts(spec)
+
+
+def test_a_failed_host_is_explained_by_its_exit_code_and_output():
+    assert explain_failure(255, ["ssh: connect to host h2 port 22: Connection refused"], "py") == (
+        "ssh failed (exit 255): ssh: connect to host h2 port 22: Connection refused")
+    assert "ssh-keyscan" in explain_failure(255, ["Host key verification failed."], "py")
+    assert "--workdir" in explain_failure(127, ["env: 'py': No such file or directory"], "py")
+    summary = ["Root Cause (first observed failure):", "[0]:", "  host      : h2",
+               "  rank      : 2 (local_rank: 0)", "  exitcode  : 1 (pid: 9320) ", "====="]
+    assert explain_failure(1, summary, "py") == ("torchrun exited with code 1: rank 2 (local_rank: 0) "
+                                      "exited with code 1 (its output is above)")
+    gloo = ["RuntimeError: Gloo connectFullMesh failed with [pair.cc:152] timed out connecting: "
+            "SO_ERROR: Connection refused, remote=[127.0.1.1]:8076", *summary]
+    assert "GLOO_SOCKET_IFNAME" in explain_failure(1, gloo, "py")
+    assert explain_failure(1, [], "py") == "torchrun exited with code 1"
 
 
 def _stub(folder: Path, name: str, body: str) -> Path:
@@ -344,66 +383,129 @@ def _stub(folder: Path, name: str, body: str) -> Path:
 
 
 def test_ssh_remote_command_survives_a_real_shell(tmp_path):
-    """The remote string, run by a shell as ssh would, gives torchrun exactly our argv."""
-    bin_dir = tmp_path / "bin"
-    _stub(bin_dir, "torchrun", 'printf "%s\\n" "PWD=$PWD" "GREETING=$GREETING" "$@"\n')
+    """The remote string, run by a shell as sshd would, gives the interpreter exactly our argv
+    (an argv printer stands in for Python: this checks quoting, nothing else)."""
+    printer = _stub(tmp_path / "bin", "python", 'printf "%s\\n" "PWD=$PWD" "GREETING=$GREETING" "$@"\n')
     workdir = tmp_path / "work dir"
     workdir.mkdir()
     args = ["--name", "it's a b", "$HOME", "*"]
     (command,) = ssh_commands(["h1"], 2, "train.py", args, workdir=str(workdir),
-                              env={"GREETING": "hi there"}, run_id="abc123")
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    out = subprocess.run(["sh", "-c", command[-1]], env=env, capture_output=True, text=True,
+                              env={"GREETING": "hi there"}, run_id="abc123", python=str(printer),
+                              rdzv_port=40000)
+    out = subprocess.run(["sh", "-c", command[-1]], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[:2] == [f"PWD={workdir}", "GREETING=hi there"]
-    assert out[2:] == ["--nnodes=1", "--nproc-per-node=2", "--rdzv-backend=c10d",
-                       "--rdzv-endpoint=h1:29400", "--rdzv-id=abc123", "--max-restarts=0",
+    assert out[2:] == ["-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+                       "--rdzv-backend=c10d", "--rdzv-endpoint=h1:40000", "--rdzv-id=abc123",
+                       "--max-restarts=0", "--local-addr=h1", "--rdzv-conf=is_host=true",
                        "train.py", *args]
 
 
-def test_launch_hosts_runs_every_host_in_parallel_with_labels(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    # ssh -o BatchMode=yes HOST COMMAND: run COMMAND here, as the host's shell would.
-    _stub(bin_dir, "ssh", 'shift 3\nexec sh -c "$1"\n')
-    _stub(bin_dir, "torchrun", 'printf "%s\\n" "$@"\n')
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    result = launch_hosts(["h1", "h2"], 2, "train.py", ["a b"], timeout_s=60, echo=None,
-                          workdir=str(tmp_path), run_id="r1")
-    assert result.ok and result.node_returncodes == [0, 0], result.output
-    for host in ("h1", "h2"):
-        lines = [line.removeprefix(f"[{host}] ") for line in result.output
-                 if line.startswith(f"[{host}] ")]
-        assert lines[-2:] == ["train.py", "a b"] and "--rdzv-endpoint=h1:29400" in lines
+def test_remote_cleanup_ends_only_the_marked_processes(tmp_path):
+    """The cleanup script, run here by sh as it runs on a host: it ends the processes that carry
+    the launch's mark, leaves the others, and counts both."""
+    mark = uuid.uuid4().hex
+    marked = [subprocess.Popen(["sleep", "300"], env={**os.environ, MARK_ENV: mark})
+              for _ in range(2)]
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, MARK_ENV: "another-launch"})
+    try:
+        out = subprocess.run(["sh", "-c", cleanup_script(mark)], capture_output=True,
+                             text=True, timeout=60).stdout.split()
+        assert out == ["found=2", "left=0"]
+        assert all(p.wait(timeout=10) == -signal.SIGTERM for p in marked)
+        assert other.poll() is None
+        assert subprocess.run(["sh", "-c", cleanup_script(mark)], capture_output=True,
+                              text=True).stdout.split() == ["found=0", "left=0"]
+    finally:
+        for proc in [*marked, other]:
+            proc.kill()
+            proc.wait()
 
 
 def test_slurm_script_is_valid_bash_and_runs_torchrun_per_node(tmp_path):
+    # A stand-in interpreter: runs the script's free-port probe for real, prints torchrun's
+    # arguments instead of starting it.
+    bin_dir = tmp_path / "bin"
+    probe = f'[ "$1" = -c ] && exec {shlex.quote(sys.executable)} "$@"\n'
+    python = _stub(bin_dir, "python", probe + 'printf "%s\\n" "node=$SLURMD_NODENAME" "$@"\n')
     text = slurm_script(3, 2, "train.py", ["--name", "a b"], partition="gpu", gpus_per_node=2,
-                        env={"MSG": "hello world", "QUOTE": "it's"}, job_name="lab")
+                        env={"MSG": "hello world", "QUOTE": "it's"}, job_name="lab",
+                        account="proj", output="logs/%j.out", timeout_s=61, python=str(python),
+                        workdir=str(tmp_path / "lab dir"))
     path = tmp_path / "job.sbatch"
     path.write_text(text)
     subprocess.run(["bash", "-n", str(path)], check=True)
     lines = text.splitlines()
     assert lines[0] == "#!/bin/bash"
     for expected in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1",
-                     "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=2",
-                     "#SBATCH --job-name=lab", "export MSG='hello world'"):
+                     "#SBATCH --cpus-per-task=2", f'#SBATCH --chdir="{tmp_path}/lab dir"',
+                     "#SBATCH --time=00:02:00", "#SBATCH --partition=gpu",
+                     "#SBATCH --account=proj", "#SBATCH --output=logs/%j.out",
+                     "#SBATCH --gpus-per-node=2", "#SBATCH --job-name=lab",
+                     "export MSG='hello world'",
+                     'export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"'):
         assert expected in lines
+    # sbatch reads #SBATCH lines only up to the first command
+    first_command = lines.index("set -euo pipefail")
+    assert all(not line.startswith("#SBATCH") for line in lines[first_command:])
     (srun,) = [line for line in lines if line.startswith("srun ")]
-    assert srun.startswith("srun torchrun ")
-    assert '--rdzv-id="$SLURM_JOB_ID"' in srun
+    assert srun.startswith("srun --kill-on-bad-exit=1 --ntasks-per-node=1 ")
+    commands = [line for line in lines if not line.startswith("#")]
+    assert not [line for line in commands if "torchrun" in line]  # no PATH lookup of torchrun
 
-    # Run it with stand-in scontrol and srun: what would torchrun get on every node?
-    bin_dir = tmp_path / "bin"
-    _stub(bin_dir, "scontrol", 'printf "%s\\n" node-a node-b node-c\n')
-    _stub(bin_dir, "srun", 'printf "%s\\n" "MSG=$MSG" "QUOTE=$QUOTE" "$@"\n')
+    # Run it with a stand-in srun that starts the per-node command on two nodes, the first
+    # of them the node the script runs on: what does each node's torchrun get?
+    _stub(bin_dir, "srun", 'printf "%s\\n" "srun $1 $2" "SRUN_CPUS_PER_TASK=$SRUN_CPUS_PER_TASK" '
+          '"MSG=$MSG" "QUOTE=$QUOTE"\nshift 2\n'
+          'SLURMD_NODENAME=node-a "$@" && SLURMD_NODENAME=node-b "$@"\n')
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "node-[a-c]", "SLURM_NNODES": "3", "SLURM_JOB_ID": "4242"}
-    out = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    assert out == ["MSG=hello world", "QUOTE=it's", "torchrun", "--nnodes=3",
-                   "--nproc-per-node=2", "--rdzv-backend=c10d",
-                   "--rdzv-endpoint=node-a:29400", "--rdzv-id=4242", "--max-restarts=0",
-                   "train.py", "--name", "a b"]
+           "SLURMD_NODENAME": "node-a", "SLURM_NNODES": "3", "SLURM_JOB_ID": "4242",
+           "SLURM_CPUS_PER_TASK": "2"}
+    proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
+                          check=True)
+    out = proc.stdout.splitlines()
+    banner = out.pop(0)
+    match = re.fullmatch(r"labkit: c10d rendezvous on node-a:(\d+)", banner)
+    assert match and 0 < int(match[1]) < 65536, banner
+    port = match[1]
+    common = ["--nnodes=3", "--nproc-per-node=2", "--rdzv-backend=c10d",
+              f"--rdzv-endpoint=node-a:{port}", "--rdzv-id=4242", "--max-restarts=0",
+              str(tmp_path / "lab dir" / "train.py"), "--name", "a b"]
+    assert out[:4] == ["srun --kill-on-bad-exit=1 --ntasks-per-node=1",
+                       "SRUN_CPUS_PER_TASK=2", "MSG=hello world", "QUOTE=it's"]
+    node_a = ["node=node-a", "-m", "torch.distributed.run", "--local-addr=node-a",
+              "--rdzv-conf=is_host=1", *common]
+    node_b = ["node=node-b", "-m", "torch.distributed.run", "--local-addr=node-b",
+              "--rdzv-conf=is_host=0", *common]
+    assert out[4:] == node_a + node_b
+
+    # A fixed port is written as given; no --time line without a timeout.
+    fixed = slurm_script(1, 1, "/srv/train.py", rdzv_port=29500, python="/opt/py/bin/python")
+    assert "LABKIT_RDZV_PORT=29500" in fixed.splitlines()
+    assert not [line for line in fixed.splitlines() if line.startswith("#SBATCH --time")]
+    assert "partition's default time limit" in fixed
+
+
+@pytest.mark.parametrize("seconds, expected", [
+    (1, "00:01:00"), (60, "00:01:00"), (60.5, "00:02:00"), (3600, "01:00:00"),
+    (86400, "1-00:00:00"), (90061, "1-01:02:00"),
+])
+def test_slurm_time_limit_rounds_up_to_whole_minutes(seconds, expected):
+    assert slurm.time_limit(seconds) == expected
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(nnodes=0), "--nnodes"), (dict(nproc_per_node=0), "--nproc-per-node"),
+    (dict(timeout_s=0), "--timeout"), (dict(timeout_s=-5), "--timeout"),
+    (dict(timeout_s=float("nan")), "--timeout"), (dict(timeout_s=float("inf")), "--timeout"),
+    (dict(cpus_per_task=0), "--cpus-per-task"), (dict(rdzv_port=70000), "--rdzv-port"),
+    (dict(partition="gpu debug"), "--partition"), (dict(job_name="a\nb"), "--job-name"),
+    (dict(env={"BAD-NAME": "1"}), "BAD-NAME"), (dict(script=""), "no training script"),
+])
+def test_slurm_script_rejects_bad_input_with_a_clear_message(kwargs, words):
+    options = {"nnodes": 2, "nproc_per_node": 2, "script": "train.py", **kwargs}
+    with pytest.raises(LabkitError, match=re.escape(words)):
+        slurm_script(**options)
 
 
 # --- the worker wrapper, without torchrun --------------------------------------------------------

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from labkit.errors import ParameterError
 from labkit.nccl.cli import add_arguments, run
 from labkit.nccl.envfile import parse_env_file, render_exports
+from labkit.nccl.envsource import MAX_ENV_BYTES, read_env_source
 from labkit.nccl.findings import Edit, Finding
-from labkit.nccl.paste import MAX_ENV_BYTES, ParsedEnv, parse_env, read_env_source
+from labkit.nccl.paste import ParsedEnv, parse_env
 
 
 def shapes(parsed: ParsedEnv) -> dict[str, str]:

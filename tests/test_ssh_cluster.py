@@ -133,7 +133,10 @@ def test_a_two_host_job_runs_as_the_readme_says_and_leaves_nothing(lab, first_jo
     assert len(ready) == 4, lines
     assert {line.split("host=")[1].split()[0] for line in ready} == {"h1", "h2"}
     assert all("world=4" in line and "sum=4" in line for line in ready)
-    assert all(line.startswith(("[h1] ", "[h2] ")) for line in ready)
+    for line in ready:  # the host, then the rank's own label from labkit's worker
+        host, node_rank = line.split("] ")[0][1:], line.split("] ")[1][1:]
+        assert host in ("h1", "h2") and node_rank.startswith("node")
+        assert f"rank{line.split('ready rank=')[1].split()[0]}" == node_rank.split()[1]
     assert "remote processes: 0 processes left on h1, h2" in lines
     assert no_leftovers(lab) == {}
 
@@ -146,7 +149,7 @@ def test_two_jobs_on_the_same_first_host_get_their_own_rendezvous(lab, job, job_
     results = [reader.finish(wait_s=600) for reader in readers]
     for code, lines, err in results:
         assert code == 0, "\n".join(lines) + err
-        assert sum("ready rank=" in line for line in lines) == 4
+        assert "\n".join(lines).count("ready rank=") == 4, "\n".join(lines)
     assert no_leftovers(lab) == {}
 
 

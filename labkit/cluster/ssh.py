@@ -6,7 +6,8 @@ the lab's venv. The first host serves the c10d store (``is_host=true``, the othe
 and every agent advertises the name it was given (``--local-addr``), because a host whose own
 name resolves to loopback (Debian's ``127.0.1.1 <hostname>``) would otherwise advertise an
 address no other host can reach. The rendezvous port is one that is free on the first host
-when the launch starts, so two jobs never share a store.
+when the launch starts, so two jobs never share a store. When the host's interpreter has labkit,
+each rank runs under labkit's worker, so its lines arrive whole and labelled ``[nodeN rankR]``.
 
 Remote processes end on every exit path: each ssh has a terminal (``-tt``), so a connection
 that drops hangs up its torchrun, and afterwards ``labkit.cluster.remote`` ends and counts
@@ -36,7 +37,11 @@ from labkit.runtime.launch import Echo, LaunchResult, run_agents, torchrun_args
 from labkit.runtime.proctree import MARK_ENV
 
 RDZV_PORT = 29400  # torchrun's default c10d endpoint port: only in a dry run's commands
-PORT_PROBE = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+# What the first host is asked before the launch: a port free there, and whether its interpreter
+# has labkit (then each rank runs under labkit's worker: whole lines, each labelled by its rank).
+HOST_PROBE = ("import importlib.util, socket; s = socket.socket(); s.bind(('', 0)); "
+              "print(s.getsockname()[1], importlib.util.find_spec('labkit') is not None)")
+WORKER = ("-m", "labkit.runtime.worker")
 SSH_FAILED = 255  # ssh's own exit code: it could not connect or authenticate
 NOT_FOUND = 127  # the shell's: the interpreter (or cd's folder) is not there
 LOOPBACK_PEER = re.compile(r"remote=\[127\.")  # gloo dialled a rank that advertised loopback
@@ -57,8 +62,11 @@ def host_command(
     hosts: Sequence[Host], node: int, nproc_per_node: int, script: str, args: Sequence[str] = (),
     *, run_id: str, rdzv_port: int, mark: str = "", python: str = "python",
     workdir: str | None = None, max_restarts: int = 0, env: dict[str, str] | None = None,
+    worker: bool = False,
 ) -> str:
-    """The shell command host ``node`` runs: cd, then its torchrun agent with the launch mark."""
+    """The shell command host ``node`` runs: cd, then its torchrun agent with the launch mark.
+    With ``worker`` each rank runs under labkit's worker (``[nodeN rankR]`` on whole lines:
+    torchrun's ranks write unbuffered, so lines of two ranks would interleave)."""
     extra = [f"--local-addr={hosts[node].name}",
              f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}"]
     # No PYTHONUNBUFFERED: on the remote terminal Python's stdout is line-buffered already,
@@ -69,7 +77,7 @@ def host_command(
         python, "-m", "torch.distributed.run",
         *torchrun_args(len(hosts), nproc_per_node, f"{hosts[0].name}:{rdzv_port}", run_id,
                        max_restarts, extra),
-        script, *args,
+        *(WORKER if worker else ()), script, *args,
     ]
     command = "exec " + shlex.join(argv)
     return f"cd {shlex.quote(workdir)} && {command}" if workdir else command
@@ -79,7 +87,7 @@ def ssh_commands(
     hosts: Sequence[str | Host], nproc_per_node: int, script: str, args: Sequence[str] = (),
     *, run_id: str | None = None, rdzv_port: int = RDZV_PORT, mark: str = "",
     python: str | None = None, workdir: str | None = None, max_restarts: int = 0,
-    env: dict[str, str] | None = None, ssh: SshSettings | None = None,
+    env: dict[str, str] | None = None, ssh: SshSettings | None = None, worker: bool = False,
 ) -> list[list[str]]:
     """One ``ssh -tt HOST '<torchrun ...>'`` command per host, to be started in parallel."""
     parsed = [h if isinstance(h, Host) else Host.parse(h) for h in hosts]
@@ -92,14 +100,17 @@ def ssh_commands(
         [*settings.argv(host, "-tt", "-o", "LogLevel=ERROR"),
          host_command(parsed, node, nproc_per_node, script, args, run_id=run_id,
                       rdzv_port=rdzv_port, mark=mark, python=interpreter, workdir=workdir,
-                      max_restarts=max_restarts, env=env)]
+                      max_restarts=max_restarts, env=env, worker=worker)]
         for node, host in enumerate(parsed)
     ]
 
 
-def free_port_on(host: Host, python: str, workdir: str | None, ssh: SshSettings) -> int:
-    """A port free on ``host`` now, asked of the host itself (one short ssh)."""
-    probe = f"{python} -c {shlex.quote(PORT_PROBE)}"
+def probe_host(host: Host, python: str, workdir: str | None, ssh: SshSettings
+               ) -> tuple[int, bool]:
+    """Asked of ``host`` itself (one short ssh): a port free there now, and whether its
+    interpreter has labkit. A host that cannot be reached or has no such interpreter is
+    explained here, before anything starts."""
+    probe = f"{python} -c {shlex.quote(HOST_PROBE)}"
     if workdir:
         probe = f"cd {shlex.quote(workdir)} && {probe}"
     try:
@@ -107,9 +118,11 @@ def free_port_on(host: Host, python: str, workdir: str | None, ssh: SshSettings)
                               stdin=subprocess.DEVNULL, timeout=remote.CLEANUP_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise LaunchError(f"{host.name}: no answer over ssh in {exc.timeout:g} s") from None
-    if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-        raise LaunchError(f"{host.name}: {explain_failure(proc.returncode, proc.stderr.splitlines(), python)}")
-    return int(proc.stdout.strip())
+    words = proc.stdout.split()
+    if proc.returncode != 0 or len(words) != 2 or not words[0].isdigit():
+        why = explain_failure(proc.returncode, proc.stderr.splitlines(), python)
+        raise LaunchError(f"{host.name}: {why}")
+    return int(words[0]), words[1] == "True"
 
 
 def explain_failure(code: int | None, lines: Sequence[str], python: str) -> str:
@@ -196,11 +209,11 @@ def launch_hosts(
         raise LaunchError(f"timeout must be positive, got {timeout_s}")
     settings = ssh or SshSettings()
     interpreter = remote_python(python, workdir)
-    port = rdzv_port or free_port_on(parsed[0], interpreter, workdir, settings)
+    free, has_labkit = probe_host(parsed[0], interpreter, workdir, settings)
     mark = uuid.uuid4().hex
-    commands = ssh_commands(parsed, nproc_per_node, script, args, rdzv_port=port, mark=mark,
-                            python=interpreter, workdir=workdir, max_restarts=max_restarts,
-                            env=env, ssh=settings)
+    commands = ssh_commands(parsed, nproc_per_node, script, args, rdzv_port=rdzv_port or free,
+                            mark=mark, python=interpreter, workdir=workdir,
+                            max_restarts=max_restarts, env=env, ssh=settings, worker=has_labkit)
     labels = [h.name for h in parsed]
     first = _FirstFailure()
     started = time.monotonic()
@@ -210,7 +223,7 @@ def launch_hosts(
     try:
         codes, output, timed_out, _ = run_agents(
             commands, labels, dict(os.environ), math.inf if timeout_s is None else timeout_s, echo,
-            on_tick=first)
+            on_tick=first, label_all=True)
     finally:
         cleanup = remote.end_remote(parsed, settings, mark)
         if echo is not None:
@@ -234,8 +247,8 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
                        "each, started in parallel over ssh")
     group.add_argument("--workdir", help="folder to cd into on every host (the lab's; its "
                        ".venv/bin/python runs torchrun unless --python)")
-    group.add_argument("--python", help="interpreter on every host (default: WORKDIR/.venv/"
-                       "bin/python, else this one's path)")
+    group.add_argument("--python", help="interpreter on every host or node (--hosts default: "
+                       "WORKDIR/.venv/bin/python, else this one's path; --slurm: this one's)")
     group.add_argument("--rdzv-port", type=int, help="c10d port on the first host (default: "
                        "one free there when the launch starts)")
     group.add_argument("--ssh-port", type=int, help="ssh port of every host")

@@ -13,7 +13,7 @@ source), ``values`` / ``torch_values`` / ``hostfacts`` / ``plugin_checks`` (one 
 ``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
 ``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands``,
 ``yamlenv``, ``pydict`` (dict literals) and ``ncclconf`` (NCCL's config files), merged by
-``parsed``; ``read_env_source`` refuses what is not a small text file), ``envfile`` (export
+``parsed``), ``envsource`` (``read_env_source``: refuses what is not a small text file), ``envfile`` (export
 blocks in and out), ``cli`` (``labkit nccl check``), ``debuglog`` (what an
 ``NCCL_DEBUG=INFO`` log says).
 """
@@ -23,8 +23,9 @@ from __future__ import annotations
 from labkit.nccl.check import check_env
 from labkit.nccl.debuglog import DebugLog, parse_debug_log
 from labkit.nccl.envfile import parse_env_file, render_exports
+from labkit.nccl.envsource import read_env_source
 from labkit.nccl.findings import Edit, Finding
-from labkit.nccl.paste import ParsedEnv, parse_env, read_env_source
+from labkit.nccl.paste import ParsedEnv, parse_env
 from labkit.nccl.registry import REGISTRY, Variable
 
 __all__ = ["REGISTRY", "DebugLog", "Edit", "Finding", "ParsedEnv", "Variable", "check_env",

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from labkit.nccl.check import check_env, options_from_args
 from labkit.nccl.envfile import render_exports
+from labkit.nccl.envsource import read_env_source
 from labkit.nccl.findings import SEVERITY_ORDER, Finding
-from labkit.nccl.paste import read_env_source
 from labkit.nccl.registry import is_relevant
 
 

@@ -18,10 +18,13 @@ from labkit.runtime.dist import NODE_ENV
 from labkit.runtime.proctree import children
 
 
-def pump_lines(stream, label: str, lines: queue.Queue) -> None:  # noqa: ANN001 (a text stream)
+def pump_lines(stream, label: str, lines: queue.Queue,  # noqa: ANN001 (a text stream)
+               label_all: bool = False) -> None:
+    """Put each line on ``lines`` labelled ``[label] ``; a rank's ``[nodeN rankR]`` line keeps
+    its own label unless ``label_all`` (a real host's name goes in front of it)."""
     for line in stream:
         line = line.rstrip("\r\n")  # \r: a remote terminal's (ssh -tt) line ends
-        lines.put(line if line.startswith("[node") else f"[{label}] {line}")
+        lines.put(line if line.startswith("[node") and not label_all else f"[{label}] {line}")
     stream.close()
 
 
@@ -42,8 +45,9 @@ class Fleet:
     ``launch_local(on_tick=f)`` calls ``f(fleet)`` about every 50 ms while the job runs."""
 
     def __init__(self, commands: list[list[str]], labels: list[str], env: dict[str, str],
-                 lines: queue.Queue) -> None:
+                 lines: queue.Queue, label_all: bool = False) -> None:
         self._commands, self._labels, self._env, self._lines = commands, labels, env, lines
+        self._label_all = label_all
         self.procs: list[subprocess.Popen | None] = [None] * len(commands)
         self.pumps: list[threading.Thread] = []
         self.events: list[FleetEvent] = []
@@ -68,7 +72,8 @@ class Fleet:
             start_new_session=True,
         )
         self.procs[node] = proc
-        pump = threading.Thread(target=pump_lines, args=(proc.stdout, self._labels[node], self._lines),
+        pump = threading.Thread(target=pump_lines, args=(proc.stdout, self._labels[node], self._lines,
+                                                          self._label_all),
                                 daemon=True)
         pump.start()
         self.pumps.append(pump)

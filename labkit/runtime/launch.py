@@ -217,9 +217,11 @@ def run_agents(
     fail_fast: bool = True,
     initial: int | None = None,
     on_tick: Callable[[Fleet], None] | None = None,
+    label_all: bool = False,
 ) -> tuple[list[int | None], list[str], bool, Fleet]:
     """Start the first ``initial`` agent commands (default: all) in parallel, stream their
-    output, call ``on_tick(fleet)`` as the job runs, enforce the timeout.
+    output, call ``on_tick(fleet)`` as the job runs, enforce the timeout. Each line is labelled
+    with its agent's label (``label_all``: also the ranks' own ``[nodeN rankR]`` lines).
 
     Every process they start carries a launch mark in its environment, so whatever happens
     (success, failure, timeout, an exception here) nothing of the launch outlives this call.
@@ -227,7 +229,7 @@ def run_agents(
     """
     mark = uuid.uuid4().hex
     lines: queue.Queue[str] = queue.Queue()
-    fleet = Fleet(commands, labels, {**env, MARK_ENV: mark}, lines)
+    fleet = Fleet(commands, labels, {**env, MARK_ENV: mark}, lines, label_all)
     output: list[str] = []
     timed_out = False
     deadline = time.monotonic() + timeout_s
