@@ -433,3 +433,12 @@ def test_a_prefix_block_ending_at_a_fence_and_pairs_in_prose():
     assert prose.env == {"NCCL_LL_THRESHOLD": "0"} and not prose.unparsed
     assert parse_env("Try NCCL_SOCKET_IFNAME=eth0, then NCCL_IB_TIMEOUT=1.5 too\n").env == {
         "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_TIMEOUT": "1.5"}
+
+
+def test_continuation_lines_behind_the_secondary_prompt_are_read():
+    typed = ("$ mpirun -np 2 \\\n>     -x NCCL_DEBUG=INFO \\\n>     -x NCCL_TREE_THRESHOLD=0 \\\n"
+             ">     ./all_reduce_perf -b 8\n")
+    parsed = parse_env(typed)
+    assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_TREE_THRESHOLD": "0"}
+    assert [a.line for a in parsed.assignments] == [1, 1]
+    assert parse_env("echo hi\n> not continued NCCL_X=1\n").env == {}  # a quote, not a prompt

@@ -65,6 +65,7 @@ _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
 _MAX_SPAN = 20  # physical lines one quoted value may span
+_PS2 = re.compile(r"[ \t]*>[ \t]+")  # the secondary prompt before a continued line
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
 _SENTENCE = re.compile(r"\s*[A-Z][a-z']*\s")  # "I worked ...", "Try ...": not a command line
 _PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`,;()<>]+?)(?=[.,;:!?)]*(?:\s|$))")
@@ -74,7 +75,8 @@ _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 
 def parse_env(text: str) -> ParsedEnv:
     """Read every variable a pasted block sets, whatever its shape (see the module docstring)."""
-    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    text = _drop_continuation_prompts(
+        text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     reader = _Reader(text)
     reader.run()
     if not reader.assignments and not text.startswith("#!") and _ROOT_PROMPT.search(text):
@@ -86,6 +88,20 @@ def parse_env(text: str) -> ParsedEnv:
                                         "comment: nothing else in the text sets a variable"))
             return unprompted.result()
     return reader.result()
+
+
+def _drop_continuation_prompts(text: str) -> str:
+    """Blank the shell's secondary prompt (``> ``) at the start of a line that a ``\\`` line
+    continues, as an interactive shell shows a command typed over several lines; same length,
+    so line numbers and offsets stay."""
+    if "\\\n" not in text:
+        return text
+    lines = text.split("\n")
+    for n in range(1, len(lines)):
+        before = lines[n - 1]
+        if (len(before) - len(before.rstrip("\\"))) % 2 and (m := _PS2.match(lines[n])):
+            lines[n] = " " * m.end() + lines[n][m.end():]
+    return "\n".join(lines)
 
 
 class _Reader:
