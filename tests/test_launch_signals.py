@@ -23,6 +23,7 @@ from conftest import find_leftover_processes
 
 from labkit.runtime.failures import RankSignaledError
 from labkit.runtime.launch import launch_local
+from labkit.runtime.proctree import end_launch
 from labkit.runtime.worker import STDERR_TAILS_ENV, StderrTail
 
 
@@ -195,6 +196,12 @@ def test_rank_killed_on_purpose_then_restarted_does_not_raise(tmp_path, leftover
     assert leftover_processes(run_dir) == []
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it. A shell running this suite in the
+    background (``cmd &``) ignores SIGINT, and an ignored signal stays ignored across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_labkit_launch_ended_by_a_signal_removes_its_folder_and_processes(tmp_path, sig, code):
     """``labkit launch`` on simulated nodes, ended by SIGTERM or Ctrl-C while its ranks run:
@@ -210,16 +217,23 @@ def test_labkit_launch_ended_by_a_signal_removes_its_folder_and_processes(tmp_pa
     proc = subprocess.Popen(
         [sys.executable, "-m", "labkit", "launch", "--nnodes", "1", "--nproc-per-node", "2",
          str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TMPDIR": str(scratch), "LABKIT_TEST_MARK": mark})
-    seen = 0
-    for line in proc.stdout:  # the ranks run: the launch folder exists now
-        seen += "ranks-running" in line
-        if seen == 2:
-            break
-    assert [p.name for p in scratch.iterdir()][0].startswith("labkit-launch-")
-    proc.send_signal(sig)
-    assert proc.wait(timeout=120) == code
-    said = proc.stderr.read().strip().splitlines()
-    assert said[-1] in ("labkit: launch ended by SIGTERM", "labkit: launch interrupted (Ctrl-C)")
-    assert list(scratch.iterdir()) == []
-    assert find_leftover_processes(mark, name="LABKIT_TEST_MARK") == []
+        env={**os.environ, "TMPDIR": str(scratch), "LABKIT_TEST_MARK": mark},
+        preexec_fn=default_sigint)
+    try:
+        seen = 0
+        for line in proc.stdout:  # the ranks run: the launch folder exists now
+            seen += "ranks-running" in line
+            if seen == 2:
+                break
+        assert [p.name for p in scratch.iterdir()][0].startswith("labkit-launch-")
+        proc.send_signal(sig)
+        assert proc.wait(timeout=120) == code
+        said = proc.stderr.read().strip().splitlines()
+        assert said[-1] in ("labkit: launch ended by SIGTERM",
+                            "labkit: launch interrupted (Ctrl-C)")
+        assert list(scratch.iterdir()) == []
+        assert find_leftover_processes(mark, name="LABKIT_TEST_MARK") == []
+    finally:  # a failed check must not leave the job running for the tests after it
+        end_launch(mark, name="LABKIT_TEST_MARK")
+        proc.kill()
+        proc.wait()

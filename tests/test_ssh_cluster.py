@@ -10,6 +10,8 @@ host. Needs root, iproute2 and openssh-server; skipped with the reason otherwise
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import signal
 import subprocess
@@ -56,6 +58,18 @@ def lab():
         yield cluster
 
 
+@pytest.fixture(autouse=True)
+def end_what_is_left(lab):
+    """After each test, SIGKILL whatever still runs on the login node and the hosts: a test
+    that failed with its job running must not fail the ones after it. The tests themselves
+    assert that nothing was left before this runs."""
+    yield
+    for pids in lab.leftovers(["login", "h1", "h2"]).values():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def job(lab) -> Path:
     path = lab.folder / "job.py"
@@ -72,7 +86,14 @@ def launch(lab: ClusterLab, hosts: str, *args: str, ssh_config: Path | None = No
         "--ssh-config", str(ssh_config or lab.ssh_config), *options, *args,
     ]
     return subprocess.Popen(command, cwd=lab.folder, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=default_sigint)
+
+
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal delivers it (a suite run in the background with
+    ``&`` ignores SIGINT, and an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Reader:
@@ -99,7 +120,11 @@ class Reader:
             self.lines.append(line)
 
     def finish(self, wait_s: float) -> tuple[int, list[str], str]:
-        code = self.proc.wait(timeout=wait_s)
+        try:
+            code = self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # what it started is ended by end_what_is_left
+            raise
         while (line := self._queue.get(timeout=10)) is not None:
             self.lines.append(line)
         return code, self.lines, self.proc.stderr.read()
