@@ -31,10 +31,6 @@ class RemoteCleanup:
     left: int | None
     error: str = ""
 
-    @property
-    def clean(self) -> bool:
-        return self.left == 0
-
 
 def cleanup_script(mark: str, grace_tenths: int = GRACE_TENTHS) -> str:
     """sh that ends every process whose environment holds the mark; prints ``found=N left=M``."""

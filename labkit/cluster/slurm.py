@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labkit.errors import LaunchError, ParameterError
+from labkit.runtime.ports import REMOTE_FREE_PORT
 
 JOB_NAME = "labkit"
 # Asks the kernel for a free TCP port on the node the batch script runs on.
-_FREE_PORT = ("import socket; s = socket.socket(); s.bind((\"\", 0)); "
-              "print(s.getsockname()[1])")
+_FREE_PORT = f"{REMOTE_FREE_PORT}; print(port)"
 # On every node: one torchrun agent. $0 is the interpreter, "$@" the torchrun options and the
 # training script; the rendezvous node hosts the store (is_host=1), the others connect to it.
 _PER_NODE = ('if [ "$SLURMD_NODENAME" = "$LABKIT_RDZV_HOST" ]; then is_host=1; '

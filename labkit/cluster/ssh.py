@@ -34,13 +34,14 @@ from labkit.errors import LaunchError
 from labkit.runtime.failures import LaunchTimeoutError
 from labkit.runtime.fleet import Fleet
 from labkit.runtime.launch import Echo, LaunchResult, run_agents, torchrun_args
+from labkit.runtime.ports import REMOTE_FREE_PORT
 from labkit.runtime.proctree import MARK_ENV
 
 RDZV_PORT = 29400  # torchrun's default c10d endpoint port: only in a dry run's commands
 # What the first host is asked before the launch: a port free there, and whether its interpreter
 # has labkit (then each rank runs under labkit's worker: whole lines, each labelled by its rank).
-HOST_PROBE = ("import importlib.util, socket; s = socket.socket(); s.bind(('', 0)); "
-              "print(s.getsockname()[1], importlib.util.find_spec('labkit') is not None)")
+HOST_PROBE = (f"{REMOTE_FREE_PORT}; import importlib.util; "
+              "print(port, importlib.util.find_spec('labkit') is not None)")
 WORKER = ("-m", "labkit.runtime.worker")
 SSH_FAILED = 255  # ssh's own exit code: it could not connect or authenticate
 NOT_FOUND = 127  # the shell's: the interpreter (or cd's folder) is not there
@@ -162,10 +163,6 @@ class HostsResult(LaunchResult):
     hosts: list[str] = field(default_factory=list)
     first_failure: str = ""  # "h2: ssh failed (exit 255): ...", empty when none failed
     cleanup: list[remote.RemoteCleanup] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return all(c.clean for c in self.cleanup)
 
     def check(self) -> HostsResult:
         """Raise one line that names the host that failed first (or the timeout) and what the

@@ -8,6 +8,9 @@ import socket
 from labkit.errors import LabkitError
 
 PORT_RANGE_ENV = "LABKIT_PORT_RANGE"
+# Python that finds a port free on the machine it runs on (``port``): what a launch asks of a
+# remote host over ssh, or of a Slurm job's first node, before its agents start.
+REMOTE_FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); port = s.getsockname()[1]"
 
 
 def _port_range() -> tuple[int, int] | None:
