@@ -442,3 +442,18 @@ def test_continuation_lines_behind_the_secondary_prompt_are_read():
     assert parsed.env == {"NCCL_DEBUG": "INFO", "NCCL_TREE_THRESHOLD": "0"}
     assert [a.line for a in parsed.assignments] == [1, 1]
     assert parse_env("echo hi\n> not continued NCCL_X=1\n").env == {}  # a quote, not a prompt
+
+
+def test_keyword_arguments_of_a_call_are_python_not_shell():
+    call = ("with patch_env(\n    RANK=str(rank),\n    MASTER_ADDR=master_addr,\n"
+            "    NCCL_ASYNC_ERROR_HANDLING='1',\n    NCCL_DEBUG=\"WARN\"):\n    run()\n")
+    parsed = parse_env(call)
+    assert parsed.env == {"NCCL_ASYNC_ERROR_HANDLING": "1", "NCCL_DEBUG": "WARN"}
+    assert {"RANK", "MASTER_ADDR"} <= set(parsed.named)  # computed when the code runs
+
+
+def test_pairs_joined_by_a_comma_in_prose_are_two_settings():
+    said = "Hi, when running with NCCL_ALGO=Tree,NCCL_PROTO=Simple. NCCL fell back to Ring.\n"
+    assert parse_env(said).env == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}
+    assert parse_env("We set NCCL_ALGO=Tree,Ring and it failed.\n").env == {
+        "NCCL_ALGO": "Tree,Ring"}

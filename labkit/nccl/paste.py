@@ -67,8 +67,9 @@ _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|
 _MAX_SPAN = 20  # physical lines one quoted value may span
 _PS2 = re.compile(r"[ \t]*>[ \t]+")  # the secondary prompt before a continued line
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
-_SENTENCE = re.compile(r"\s*[A-Z][a-z']*\s")  # "I worked ...", "Try ...": not a command line
-_PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`,;()<>]+?)(?=[.,;:!?)]*(?:\s|$))")
+_SENTENCE = re.compile(r"\s*[A-Z][a-z']*[,:]?\s")  # "I worked ...", "Try ...": not a command line
+_PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`;()<>]+?)"
+                         rf"(?=[.,;:!?)]*(?:\s|$)|,(?:{_WATCHED})=)")  # A=x,B=y: two
 _WATCHED_KEY = re.compile(_WATCHED)
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 
@@ -183,6 +184,11 @@ class _Reader:
                 self._add(n, raw, [found_one])
             if literal[0]:
                 return self.literal_end
+        keyword = pydict.read_keyword(line, self.lines[i - 1]) \
+            if i and line[:1].isspace() and stripped.endswith((",", ")", ":")) else None
+        if keyword is not None:  # RANK=str(rank), in a call: Python, not a shell assignment
+            self._add(number, stripped, [keyword])
+            return i + 1
         simple = _SIMPLE.fullmatch(stripped)
         if simple:  # the common case, read without the tokenizer: 1 MiB of these stays fast
             shape = "export" if simple.group(1) else "K=V"

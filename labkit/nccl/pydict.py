@@ -12,6 +12,9 @@ A string-literal key in env style (``NCCL_X``) with a string literal (or adjacen
 number) as value is set; with any other value (a call, a name, an f-string with fields) it is
 named, value not given. A literal counts only if it looks like an environment: its text before
 the brace says ``env``, or a key carries a watched prefix.
+
+Keyword arguments of a call written one per line (``with patch_env(`` / ``NCCL_X='1',`` /
+``RANK=str(rank),``) are read by ``read_keyword``: a literal is set, an expression is named.
 """
 
 from __future__ import annotations
@@ -59,6 +62,28 @@ def read_dict(text: str, start: int, number: int, watched: re.Pattern[str]
         return [], end
     lines = text[start:end].split("\n")
     return [(n, Found(k, v, SHAPE), lines[n - number].strip()) for n, k, v in pairs], end
+
+
+_KEYWORD = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*[,)]\)*:?\s*")
+KEYWORD_SHAPE = "python keyword argument"
+
+
+def read_keyword(line: str, before: str) -> Found | None:
+    """``NAME=<expression>,`` on a line of its own inside a call (``before``, the line above,
+    ends with ``(`` or ``,``): the literal's value as a setting, or, for any other expression
+    (``str(rank)``, a name), the name with no value; None for any other line."""
+    match = _KEYWORD.fullmatch(line)
+    if match is None or not before.rstrip().endswith(("(", ",")) or \
+            not ENV_NAME.fullmatch(match.group(1)):
+        return None
+    expression = match.group(2)
+    try:
+        value = ast.literal_eval(expression)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        value = None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return Found(match.group(1), None, KEYWORD_SHAPE)
+    return Found(match.group(1), str(value), KEYWORD_SHAPE)
 
 
 def _tokens(text: str, i: int, line: int) -> tuple[list[_Token], int]:
