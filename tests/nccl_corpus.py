@@ -205,8 +205,9 @@ def read_env(text: str) -> dict[str, str]:
 def default_check(text: str) -> list[Any]:
     """The checker as the CLI runs it on a file: read the text, check what was read."""
     from labkit.nccl.check import check_env
+    from labkit.nccl.paste import parse_env
 
-    return check_env(read_env(text))
+    return check_env(read_env(text), runs=parse_env(text).runs)
 
 
 def phantoms(entry: Entry, env: Mapping[str, str]) -> dict[str, str]:

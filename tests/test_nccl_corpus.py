@@ -95,7 +95,8 @@ def test_corpus_figures_meet_the_bar():
 
 HELD_OUT = [CORPUS_DIR.parent / name / "manifest.json"
             for name in ("nccl_configs_heldout", "nccl_configs_heldout2", "nccl_configs_heldout3",
-                         "nccl_configs_heldout4", "nccl_configs_heldout5")]
+                         "nccl_configs_heldout4", "nccl_configs_heldout5",
+                         "nccl_configs_heldout6")]
 
 
 @pytest.mark.parametrize("manifest", HELD_OUT, ids=lambda p: p.parent.name)

@@ -457,3 +457,29 @@ def test_pairs_joined_by_a_comma_in_prose_are_two_settings():
     assert parse_env(said).env == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "Simple"}
     assert parse_env("We set NCCL_ALGO=Tree,Ring and it failed.\n").env == {
         "NCCL_ALGO": "Tree,Ring"}
+
+
+def test_prose_spans_prompts_env_dicts_and_commands_held_in_a_variable():
+    assert parse_env("It comes from the `NCCL_SOCKET_IFNAME=eth0`.\n").env == {
+        "NCCL_SOCKET_IFNAME": "eth0"}
+    assert parse_env("2. If I specify ``NCCL_ALGO=Ring`` and more\n").env == {"NCCL_ALGO": "Ring"}
+    assert parse_env("set NCCL_LL_THRESHOLD=0  it works.\n").env == {"NCCL_LL_THRESHOLD": "0"}
+    assert parse_env("[Core] NCCL_BLOCKING_WAIT=1 leads to a regression\n").env == {
+        "NCCL_BLOCKING_WAIT": "1"}
+    assert parse_env("the command is : NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8\n").env == {
+        "NCCL_DEBUG": "INFO"}
+    assert parse_env("machine1:~/nccl-tests$ NCCL_DEBUG=INFO mpirun.mpich -np 2 ./a\n").env == {
+        "NCCL_DEBUG": "INFO"}
+    code = ("os.environ['NCCL_ALGOS'] = 'SCCL,' + existing\nenv['NCCL_IB_AR_THRESHOLD'] = '0'\n")
+    parsed = parse_env(code)
+    assert parsed.env == {"NCCL_IB_AR_THRESHOLD": "0"} and "NCCL_ALGOS" in parsed.named
+    held = 'cmd="${MPI_BIN} -np 2 \\\n  -x NCCL_DEBUG=WARN \\\n  -x FI_PROVIDER=\\"efa\\" \\\n  ./bin"\neval ${cmd}\n'
+    env = parse_env(held).env
+    assert env["NCCL_DEBUG"] == "WARN" and env["FI_PROVIDER"] == "efa"
+
+
+def test_a_pasted_benchmark_says_which_collectives_the_job_runs():
+    assert parse_env("NCCL_ALGO=Tree mpirun -np 8 ./build/all_reduce_perf -b 8\n").runs == {
+        "AllReduce"}
+    assert parse_env("NCCL_ALGO=Tree torchrun train.py\n").runs is None
+    assert parse_env("export NCCL_ALGO=Tree\n").runs is None

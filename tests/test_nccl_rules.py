@@ -38,6 +38,14 @@ def test_algo_list_without_a_supported_algorithm_fails_since_2_24(value, functio
     found({"NCCL_ALGO": value}, "info", "NCCL_ALGO", "falls back", nccl_version="2.23.4")
 
 
+def test_a_pasted_benchmark_of_covered_collectives_makes_a_lone_tree_a_warning():
+    """all_reduce_perf with NCCL_ALGO=Tree runs; a training job (or an unknown one) fails."""
+    found({"NCCL_ALGO": "Tree"}, "warning", "NCCL_ALGO", "benchmark pasted runs only AllReduce",
+          runs=frozenset({"AllReduce"}))
+    assert not errors({"NCCL_ALGO": "Tree"}, runs=frozenset({"AllReduce"}))
+    assert errors({"NCCL_ALGO": "Tree"}, runs=frozenset({"AllReduce", "Broadcast"}))
+
+
 def test_algo_lists_that_keep_every_collective_running_are_not_errors():
     for value in ("Ring", "Ring,Tree", "allreduce:tree", "^tree", "ring;allreduce:tree,ring"):
         assert not errors({"NCCL_ALGO": value}), value

@@ -57,20 +57,22 @@ PYTORCH_RENAME = ("renamed to {new}; PyTorch still reads the old name and warns 
 
 def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None = None,
               host: Host | None = None, interfaces: Iterable[str] | None = None,
-              hcas: Iterable[str] | None = None) -> list[Finding]:
+              hcas: Iterable[str] | None = None,
+              runs: frozenset[str] | None = None) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
     ``host``: the node the config runs on, when known (``Host.local()`` for this machine);
     ``interfaces`` / ``hcas`` describe one without files. Without either, node facts
-    (interfaces, HCAs, files) are reported as infos to check on the node.
+    (interfaces, HCAs, files) are reported as infos to check on the node. ``runs``: the
+    collectives the job is known to run only (a pasted benchmark: ``ParsedEnv.runs``).
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
     target = nccl_version if isinstance(nccl_version, NcclTarget) else \
         NcclTarget.newest() if nccl_version is None else \
         NcclTarget.parse(nccl_version, "as asked")
-    ctx = Context(env, target, host, detect_plugins(env))
+    ctx = Context(env, target, host, detect_plugins(env), runs)
     findings: list[Finding] = []
     for name, value in env.items():
         var = REGISTRY.get(name)

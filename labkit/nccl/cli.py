@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         env = parsed.env
     else:
         env = {k: v for k, v in os.environ.items() if is_relevant(k)}
-    findings = check_env(env, **options_from_args(args))
+    findings = check_env(env, **options_from_args(args),
+                         runs=parsed.runs if parsed is not None else None)
     report = json.dumps([f.to_dict() for f in findings], indent=2) if args.json \
         else format_table(findings)
     if parsed is not None:  # what was read and what was not; stdout stays a block or JSON list

@@ -35,6 +35,8 @@ _SUDO_WITH_ARGUMENT = {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "--
 # ``export NAME=`` after a ; & | or newline.
 _SCRIPT = re.compile(r"\s*(?:export|env)\s+(?:-\S+\s+)*[A-Za-z_]\w*=|[\s\S]*?[;&|\n]\s*export\s+"
                      r"[A-Za-z_]\w*=")
+# ... or a launcher command held in a variable: cmd="${MPI} -np 2 -x NCCL_DEBUG=INFO ./run".
+_LAUNCH_OPTION = re.compile(r"(?:^|\s)(?:-x|-genv|-e|--env)\s+[A-Z_][A-Z0-9_]*=")
 
 
 class Found(NamedTuple):
@@ -109,7 +111,8 @@ def _read_inner(word: Word, found: list[Found], notes: list[str], depth: int) ->
     """The scripts that run inside a word: a quoted string that is shell statements, else its
     ``$(...)`` substitutions (``OUT=$(NCCL_P2P_DISABLE=1 ./all_reduce_perf)``)."""
     if depth >= 3 or ("$(" not in word.value and "`" not in word.value and
-                      "export" not in word.value and "env" not in word.value):
+                      "export" not in word.value and "env" not in word.value and
+                      not _LAUNCH_OPTION.search(word.value)):
         return
     script = quoted_script(word)
     for text in [script] if script is not None else substitutions(word.value):
@@ -126,7 +129,7 @@ def quoted_script(word: Word) -> str | None:
         raw, value = raw.partition("=")[2], value.partition("=")[2]
     if not raw.startswith(("'", '"', "$'")):
         return None
-    return value if _SCRIPT.match(value) else None
+    return value if _SCRIPT.match(value) or _LAUNCH_OPTION.search(value) else None
 
 
 def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:
@@ -154,7 +157,7 @@ def _read_launchers(words: list[Word], found: list[Found], notes: list[str], dep
     """Options of launchers anywhere in the command (``srun ... env A=1 mpirun -x B ...``). A
     command that starts with an option is the tail of one whose first line was not pasted (or
     sits in a YAML string): its ``-x`` and ``-e`` are read as mpirun's and docker's."""
-    scope = "fragment" if words[0].value.startswith("-") else ""
+    scope = "fragment" if words[0].value.startswith("-") or words[0].raw.startswith("$") else ""
     j = 0
     while j < len(words):
         _read_inner(words[j], found, notes, depth)

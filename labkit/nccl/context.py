@@ -93,6 +93,7 @@ class Context:
     target: NcclTarget
     host: Host | None = None
     plugins: tuple[UsedPlugin, ...] = ()
+    runs: frozenset[str] | None = None  # the collectives a pasted benchmark runs (ParsedEnv.runs)
 
     @property
     def rccl(self) -> bool:

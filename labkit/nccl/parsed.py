@@ -11,6 +11,7 @@ with a note; one it reads only if ``NCCL_CONF_FILE`` names it is kept, with a no
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -45,6 +46,9 @@ class ParsedEnv:
     named: list[str]
     unparsed: list[tuple[int, str]]
     notes: list[tuple[int, str]]
+    runs: frozenset[str] | None = None
+    """The collectives the paste's commands run when they are only nccl-tests style benchmarks
+    (``all_reduce_perf``: {"AllReduce"}); None when a job of any other kind may run."""
 
     @property
     def count(self) -> int:
@@ -131,3 +135,21 @@ def _conf_into(env: dict[str, str], named: dict[str, None], name: str,
                  f"{used.file} (setenv without overwrite; the user's file before "
                  f"{SYSTEM_FILE})")]
     return []
+
+
+_BENCHMARK = re.compile(r"(?<![\w-])[\w./-]*?(all_?reduce|all_?gather|reduce_?scatter|broadcast|"
+                        r"reduce|all_?to_?all|sendrecv|scatter|gather|hypercube)"
+                        r"(?:_perf|_bench|\.bin)(?:_mpi)?\b", re.IGNORECASE)
+_OTHER_JOB = re.compile(r"(?<![\w-])(?:python3?|torchrun|deepspeed|accelerate|srun\s+python|"
+                        r"[\w./-]+\.py|vllm|sglang|ray)(?![\w-])")
+_COLLECTIVE = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
+               "broadcast": "Broadcast", "reduce": "Reduce"}  # the rest run on p2p
+
+
+def benchmarked_collectives(text: str) -> frozenset[str] | None:
+    """What ``ParsedEnv.runs`` holds: the collectives of the benchmarks ``text`` runs
+    (``all_reduce_perf``, ``allreduce.bin``), or None when it runs none or also anything else."""
+    found = [m.group(1).lower().replace("_", "") for m in _BENCHMARK.finditer(text)]
+    if not found or _OTHER_JOB.search(text):
+        return None
+    return frozenset(_COLLECTIVE[name] for name in found if name in _COLLECTIVE)

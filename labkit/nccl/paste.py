@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from labkit.nccl import ncclconf, pydict
 from labkit.nccl.commands import ASSIGNMENT, Found, read_commands
-from labkit.nccl.parsed import Assignment, ParsedEnv, merge
+from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge
 from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words
 from labkit.nccl.yamlenv import EnvBlock, is_null, yaml_scalar
 
@@ -39,7 +39,8 @@ __all__ = ["Assignment", "ParsedEnv", "parse_env"]
 _LANGUAGE_TAGS = {"bash", "sh", "shell", "zsh", "console", "text", "yaml", "yml", "env",
                   "dotenv", "ini", "dockerfile", "json", "python"}
 _PROMPT = re.compile(r"""\s*(?:\+{1,9}\s+                          # set -x trace
-    | (?:\([\w.-]+\)\s*)?(?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?)?\s*[$%]\s+   # $, user@host:~$
+    | (?:\([\w.-]+\)\s*)?(?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?|[\w.-]+:[~/]\S*?)?\s*[$%]\s+
+                                                              # $, user@host:~$, host:~/dir$
     | (?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?)\s*\#\s+        # root@host:~#, [root@host ~]#
     | (?:>>>|\.\.\.|>|[-*+])\s+ | In\s\[\d+\]:\s*)            # python, quote, bullet, IPython
     """, re.VERBOSE)
@@ -50,13 +51,15 @@ _ROOT_PROMPT = re.compile(r"^[ \t]*#[ \t]+((?:sudo[ \t]+)?(?:mpirun|mpiexec|torc
                           re.MULTILINE)
 _SYSTEMD_SECTION = re.compile(r"^\[(?:Unit|Service|Install)\]\s*$", re.MULTILINE)
 _SYSTEMD_KEY = re.compile(r"[A-Z][A-Za-z]*=")
-_WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL)"
+_WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL|OMPI)"
             r"_[A-Z0-9_]*[A-Z0-9]|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE")
 _MENTION = re.compile(rf"(?<![\w${{%])(?:{_WATCHED})(?!\w)"
                       r"|(?:^|(?<=[\s;&|(]))[\"']?([A-Z_][A-Z0-9_]*)(?==)")
 _READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']""")
 _YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
-_PY_SET = re.compile(r"""os\.environ\[\s*(["'])(\w+)\1\s*\]\s*=\s*(["'])(.*?)\3""")
+_PY_TARGET = r"""(?:os\.environ|\b[a-z_]*env[a-z_]*)\[\s*(["'])(\w+)\1\s*\]\s*=(?!=)"""
+_PY_SET = re.compile(_PY_TARGET + r"""\s*(["'])(.*?)\3(?=\s*(?:[#;)]|$))""")  # a literal
+_PY_SET_ANY = re.compile(_PY_TARGET)  # os.environ["A"] = "x," + rest: computed, only named
 _PY_DEFAULT = re.compile(
     r"""os\.(?:environ\.setdefault|putenv)\(\s*(["'])(\w+)\1\s*,\s*(["'])(.*?)\3\s*\)""")
 _JSON_PAIR = re.compile(
@@ -67,10 +70,13 @@ _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|
 _MAX_SPAN = 20  # physical lines one quoted value may span
 _PS2 = re.compile(r"[ \t]*>[ \t]+")  # the secondary prompt before a continued line
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
-_SENTENCE = re.compile(r"\s*[A-Z][a-z']*[,:]?\s")  # "I worked ...", "Try ...": not a command line
+# "I worked ...", "2. If I set ...", "set X=0 and it works": a sentence, not a command line
+_SENTENCE = re.compile(r"\s*(?:\d{1,2}[.)]\s+)?(?:[A-Z][a-z']*[,:]?|set|try|use|with|then|and)\s"
+                       r"|\s*\[\w[\w ./-]*\]\s")  # or a titled "[Core] NCCL_X=1 leads to ..."
 _PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`;()<>]+?)"
-                         rf"(?=[.,;:!?)]*(?:\s|$)|,(?:{_WATCHED})=)")  # A=x,B=y: two
+                         rf"(?=[`'\"]*[.,;:!?)]*(?:\s|$)|,(?:{_WATCHED})=)")  # `A=x`., A=x,B=y
 _WATCHED_KEY = re.compile(_WATCHED)
+_LEAD_IN = re.compile(rf"[^=`'\"]*?:\s+(?=(?:{_WATCHED})=)")  # "the command is : NCCL_X=1 ./run"
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 
 
@@ -87,8 +93,8 @@ def parse_env(text: str) -> ParsedEnv:
             first = unprompted.assignments[0].line
             unprompted.notes.insert(0, (first, "read '# <command>' as a root shell prompt, not a "
                                         "comment: nothing else in the text sets a variable"))
-            return unprompted.result()
-    return reader.result()
+            return replace(unprompted.result(), runs=benchmarked_collectives(text))
+    return replace(reader.result(), runs=benchmarked_collectives(text))
 
 
 def _drop_continuation_prompts(text: str) -> str:
@@ -204,7 +210,7 @@ class _Reader:
             self._shell_text(number, stripped, string.group(2))
             return i + 1
         found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
-            else []
+            or ("env" in line and "[" in line) else []
         top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
         if top and not found:  # YAML null (null, ~, nothing) sets nothing: named, not given
             value = None if is_null(top.group(3)) else yaml_scalar(top.group(3))
@@ -258,6 +264,9 @@ class _Reader:
         """``os.environ["A"] = "1"``, ``os.environ.setdefault(...)``, ``"NCCL_X": "1"`` pairs."""
         found = [Found(m.group(2), m.group(4), "python os.environ")
                  for pattern in (_PY_SET, _PY_DEFAULT) for m in pattern.finditer(line)]
+        if found:
+            return found
+        found = [Found(m.group(2), None, "python os.environ") for m in _PY_SET_ANY.finditer(line)]
         if found:
             return found
         for match in _JSON_PAIR.finditer(line):
@@ -348,6 +357,11 @@ class _Reader:
         if prose:  # "worked around it with NCCL_LL_THRESHOLD=0." read as what it sets
             self._add(i + 1, span.strip(), prose)
             missing -= {f.name for f in prose}
+        lead_in = _LEAD_IN.match(span) if missing and not prose else None
+        if lead_in:  # "the command is : NCCL_DEBUG=INFO ./all_reduce_perf": a command after it
+            before = len(self.assignments)
+            self._shell_text(i + 1, span.strip(), span[lead_in.end():])
+            missing -= {a.name for a in self.assignments[before:]}
         if any(not any(name in (f.value or "") for f in found) for name in missing):
             self.unparsed.append((i + 1, self.lines[i].strip()))
 

@@ -146,9 +146,13 @@ def algorithm_coverage(ctx: Context) -> list[Finding]:
                "NCCL_ALGO='allreduce:tree'" if supported else
                "leave each collective at least one protocol (e.g. NCCL_PROTO=^LL128), or "
                "restrict per collective: NCCL_PROTO='allreduce:Simple'")
+        benchmark = ctx.runs is not None and not ctx.runs & set(empty)
         if empty and ctx.target.at_least("2.24"):
-            make = warning if offload and supported else error
-            why = (" (a list of offload algorithms only, as in a benchmark of them: the other "
+            make = warning if (offload and supported) or benchmark else error
+            why = (f" (the benchmark pasted runs only {', '.join(sorted(ctx.runs))}, which it "
+                   "covers: a training job fails at its first such call, e.g. DDP's initial "
+                   "Broadcast)" if benchmark and ctx.runs else
+                   " (a list of offload algorithms only, as in a benchmark of them: the other "
                    "collectives still fail)" if make is warning else "")
             found.append(make(name, f"'{value}' leaves {', '.join(empty)} with no {what}: "
                               "since NCCL 2.24 there is no fallback, so those collectives "
