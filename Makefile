@@ -14,8 +14,16 @@ endif
 # One install stamp per environment, redone when pyproject.toml changes.
 STAMP := .make/installed-$(shell echo "$(abspath $(ENV_PYTHON))" | cksum | cut -d' ' -f1)
 ARGS ?=
+# Test processes for `make test`: pytest-xdist workers, each module's tests on one of them (a
+# module's shared launch runs once), the notebooks spread over both. 1 runs the suite serially.
+TEST_WORKERS ?= 2
+ifeq ($(TEST_WORKERS),1)
+  PARALLEL :=
+else
+  PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+endif
 
-.PHONY: help setup system-deps run smoke test test-speed lint lab doctor bench clean
+.PHONY: help setup system-deps run smoke test test-fast test-speed lint lab doctor bench clean
 
 help: ## list every target
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -41,8 +49,11 @@ run: $(STAMP) ## execute the whole course headless (papermill), results in runs/
 smoke: $(STAMP) ## execute the whole course at smoke size
 	$(ENV_PYTHON) -m labkit course run --smoke $(ARGS)
 
-test: $(STAMP) ## run the test suite (includes every notebook at smoke size)
-	$(ENV_PYTHON) -m pytest $(ARGS)
+test: $(STAMP) ## run the test suite (includes every notebook at smoke size); the 15 slowest last
+	$(ENV_PYTHON) -m pytest $(PARALLEL) --durations=15 $(ARGS)
+
+test-fast: $(STAMP) ## the edit-test loop: no notebooks, browser, real jobs or clusters (minutes)
+	$(ENV_PYTHON) -m pytest -m "not notebook and not browser and not slow" $(ARGS)
 
 test-speed: $(STAMP) ## the speed tier: pace x0.1 and x10, then the smoke course on one busy core
 	$(ENV_PYTHON) -m labkit course speed $(ARGS)

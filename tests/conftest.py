@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from process_helpers import SESSION_ENV
+
+# The mark every process of this session inherits (see process_helpers.session_processes). Under
+# pytest-xdist each worker also gets a temporary folder of its own, so a test that looks for
+# files a program left in the temporary folder sees only its own worker's.
+os.environ.setdefault(SESSION_ENV, f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}")
+if os.environ.get("PYTEST_XDIST_WORKER") and "LABKIT_TEST_TMPDIR" not in os.environ:
+    _worker_tmp = tempfile.mkdtemp(prefix=f"lk-{os.environ['PYTEST_XDIST_WORKER']}-")
+    os.environ["TMPDIR"] = os.environ["LABKIT_TEST_TMPDIR"] = _worker_tmp
+    tempfile.tempdir = None
 
 
 def find_leftover_processes(value: str | os.PathLike, name: str = "LABKIT_RUN_DIR") -> list[str]:
@@ -37,3 +49,19 @@ def leftover_processes() -> Callable[..., list[str]]:
     if not Path("/proc/self/environ").exists():
         pytest.skip("needs /proc to find processes by their environment")
     return find_leftover_processes
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (``make test``): every module's tests stay on one
+    worker, so a module-scoped fixture (a shared launch, a cluster) runs once; the notebooks,
+    each a job of its own, spread over the workers."""
+    for item in items:
+        if item.get_closest_marker("notebook") is None and item.module is not None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Removes this worker's temporary folder (tests check their own leftovers before)."""
+    folder = os.environ.get("LABKIT_TEST_TMPDIR")
+    if folder and os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(folder, ignore_errors=True)

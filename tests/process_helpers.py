@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -17,3 +18,28 @@ def live_children() -> set[int]:
         if int(fields[1]) == os.getpid() and fields[0] != "Z":
             kids.add(int(stat.parent.name))
     return kids
+
+
+# Every process this test session starts inherits this mark (set in conftest.py), so a scan of
+# all processes can tell its own from those of another session, such as a second pytest-xdist
+# worker running a notebook that starts the same programs.
+SESSION_ENV = "LABKIT_TEST_SESSION"
+
+
+def session_processes(matches: Callable[[str], bool]) -> list[str]:
+    """Live processes of this test session (by the mark in their environment) whose command
+    line ``matches``, as "PID: cmdline"; zombies have no environment and do not count."""
+    mark = f"{SESSION_ENV}={os.environ.get(SESSION_ENV, '')}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+            if not matches(cmdline) or mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        found.append(f"{entry.name}: {cmdline}")
+    return found

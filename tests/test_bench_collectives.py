@@ -143,6 +143,7 @@ def all_ops() -> CollectivesReport:
                               iters=3, warmup_iters=1, timeout_s=120)
 
 
+@pytest.mark.slow
 def test_all_ops_on_two_ranks_are_correct(all_ops: CollectivesReport) -> None:
     r = all_ops
     assert (r.world_size, r.nnodes, r.backend, r.device) == (2, 1, "gloo", "cpu")
@@ -177,6 +178,7 @@ def two_nodes_corrupt() -> CollectivesReport:
                               timeout_s=120)
 
 
+@pytest.mark.slow
 def test_two_nodes_and_corrupt_rank_gives_wrong(two_nodes_corrupt: CollectivesReport) -> None:
     r = two_nodes_corrupt
     assert (r.world_size, r.nnodes, r.nproc_per_node) == (2, 2, 1)
@@ -187,6 +189,7 @@ def test_two_nodes_and_corrupt_rank_gives_wrong(two_nodes_corrupt: CollectivesRe
         assert x.wrong == 2 * x.count, x
 
 
+@pytest.mark.slow
 def test_init_time_per_world_size() -> None:
     table = cb.measure_init_time(world_sizes=(1, 2), timeout_s=120)
     assert [t["world_size"] for t in table] == [1, 2]

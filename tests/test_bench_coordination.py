@@ -33,6 +33,7 @@ def report() -> dict:
     return found
 
 
+@pytest.mark.slow
 def test_all_transports_measured_and_ok(report: dict) -> None:
     rows = {r["transport"]: r for r in report["rows"]}
     assert list(rows) == list(TRANSPORTS)
@@ -43,6 +44,7 @@ def test_all_transports_measured_and_ok(report: dict) -> None:
         assert row["mean_us"] > 0
 
 
+@pytest.mark.slow
 def test_report_carries_versions_and_guide_figures_as_theirs(report: dict) -> None:
     assert report["server"]["redis-server"] and report["server"]["nats-server"]
     assert report["guide"] is GUIDE_FIGURES

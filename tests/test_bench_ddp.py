@@ -43,6 +43,7 @@ def result() -> dict:
                 "agents": {r["mode"]: r for r in agents.result()}}
 
 
+@pytest.mark.slow
 def test_grads_become_bucket_views_only_with_the_option(result: dict) -> None:
     off, on = result["bucket_view"]
     assert not (off["views_after_iter0"] or off["views_after_iter1"]
@@ -54,6 +55,7 @@ def test_grads_become_bucket_views_only_with_the_option(result: dict) -> None:
     assert off["grad_storage_mb"] == pytest.approx(off["grad_mb"], rel=0.01)
 
 
+@pytest.mark.slow
 def test_views_save_about_one_gradient_copy(result: dict) -> None:
     off, on = result["bucket_view"]
     saving, grad = result["bucket_view_saving"], result["bucket_view_saving"]["grad_mb"]
@@ -63,6 +65,7 @@ def test_views_save_about_one_gradient_copy(result: dict) -> None:
     assert off["rss_steady_mb"] > 2.5 * grad and on["rss_steady_mb"] > 1.5 * grad
 
 
+@pytest.mark.slow
 def test_all_agent_modes_ran(result: dict) -> None:
     rows = result["agents"]
     assert set(rows) == {"local", "ddp", "fsdp"}
@@ -73,6 +76,7 @@ def test_all_agent_modes_ran(result: dict) -> None:
     assert rows["ddp"]["ratio_vs_ddp"] == 1
 
 
+@pytest.mark.slow
 def test_fsdp_shards_ddp_and_local_do_not(result: dict) -> None:
     rows = result["agents"]
     fsdp = rows["fsdp"]
@@ -80,6 +84,7 @@ def test_fsdp_shards_ddp_and_local_do_not(result: dict) -> None:
     assert rows["ddp"]["local_param_fraction"] == rows["local"]["local_param_fraction"] == 1
 
 
+@pytest.mark.slow
 def test_replicas_agree_except_independent_agents(result: dict) -> None:
     rows = result["agents"]
     assert rows["ddp"]["replicas_identical"] and rows["fsdp"]["replicas_identical"]
@@ -89,6 +94,7 @@ def test_replicas_agree_except_independent_agents(result: dict) -> None:
                      "agents": list(rows.values())}) == []
 
 
+@pytest.mark.slow
 def test_collectives_each_design_calls(result: dict) -> None:
     rows = result["agents"]
     local, ddp, fsdp = rows["local"], rows["ddp"], rows["fsdp"]
@@ -140,6 +146,7 @@ print("released:", ddp_rank.gloo_threads())
 """
 
 
+@pytest.mark.slow
 def test_leaving_while_something_holds_the_group_is_an_error() -> None:
     """A group that outlives teardown keeps its gloo threads, the ones that abort a process
     when they free a tensor during interpreter shutdown; the ranks' exit check sees them."""

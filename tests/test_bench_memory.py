@@ -20,12 +20,14 @@ def rows() -> dict[tuple[int, str], dict]:
     return {(r["world_size"], r["mode"]): r for r in found}
 
 
+@pytest.mark.slow
 def test_all_runs_and_samples_correct(rows: dict) -> None:
     assert set(rows) == {(n, m) for n in (2, 4) for m in ("replicated", "sharded")}
     assert all(r["sample_ok"] for r in rows.values())
     assert rows[(4, "replicated")]["held_mb"] == 32 and rows[(4, "sharded")]["held_mb"] == 8
 
 
+@pytest.mark.slow
 def test_replicated_holds_more_than_sharded(rows: dict) -> None:
     replicated, sharded = rows[(4, "replicated")], rows[(4, "sharded")]
     # 32 MB of data against 8 MB, read after malloc_trim: more than 16 MB apart.

@@ -80,6 +80,7 @@ def report(tmp_path_factory) -> tuple[CapstoneReport, Path]:
     return run_capstone(CapstoneConfig(**SMALL), out_dir=out), out
 
 
+@pytest.mark.slow
 def test_a_killed_rank_restarts_the_group_and_the_learner_resumes(report):
     rep, _ = report
     assert rep.kill is not None and rep.kill["slot"] == 3 and rep.kill["role"] == "actor"
@@ -96,6 +97,7 @@ def test_a_killed_rank_restarts_the_group_and_the_learner_resumes(report):
     assert rep.lost_work["replayed_rollouts"] >= rep.lost_work["lost_updates"] * 5
 
 
+@pytest.mark.slow
 def test_versions_never_repeat_and_no_rollout_is_trained_twice(report):
     rep, _ = report
     versions = rep.timeline["version"]
@@ -109,6 +111,7 @@ def test_versions_never_repeat_and_no_rollout_is_trained_twice(report):
     assert rep.checkpoints["count"] >= 2
 
 
+@pytest.mark.slow
 def test_the_report_is_saved_as_json_and_a_figure(report):
     rep, out = report
     saved = json.loads((out / REPORT_FILE).read_text())
@@ -118,6 +121,7 @@ def test_the_report_is_saved_as_json_and_a_figure(report):
         assert key in rep.summary()
 
 
+@pytest.mark.slow
 def test_prometheus_saw_the_ranks_go_down_and_come_back(report):
     rep, _ = report
     if not PrometheusServer.available()[0]:
@@ -130,6 +134,7 @@ def test_prometheus_saw_the_ranks_go_down_and_come_back(report):
     assert max(v for _, v in rep.metrics["series"]["collected_steps_per_s"]) > 0
 
 
+@pytest.mark.slow
 def test_nothing_is_left_running(report, leftover_processes):
     rep, _ = report
     ports = ",".join(e.rsplit(":", 1)[1] for e in rep.metrics["endpoints"])

@@ -1,4 +1,6 @@
-"""The ``labkit`` command, run as ``python -m labkit`` in a subprocess, as a user would."""
+"""The ``labkit`` command, run as ``python -m labkit`` in a subprocess, as a user would; checks
+that end before anything starts run ``labkit.cli.main`` in this process (the same parser and
+checks, without a new Python importing torch for each)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import textwrap
 import uuid
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,13 +23,29 @@ def labkit(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.Com
                           text=True, timeout=timeout)
 
 
+def labkit_here(capsys, *args: str) -> tuple[int, str, str]:
+    """``labkit ARGS`` in this process: (exit code, stdout, stderr)."""
+    from labkit.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.slow
 def test_help_lists_the_commands():
     proc = labkit("--help")
     assert proc.returncode == 0, proc.stderr
     for command in ("doctor", "course", "launch", "bench"):
         assert command in proc.stdout
-    proc = labkit("launch", "--help")
-    assert proc.returncode == 0 and "--nproc-per-node" in proc.stdout and "--slurm" in proc.stdout
+
+
+def test_launch_help_names_its_options(capsys):
+    code, out, _ = labkit_here(capsys, "launch", "--help")
+    assert code == 0 and "--nproc-per-node" in out and "--slurm" in out
 
 
 PUBLISHES = """\
@@ -40,6 +60,7 @@ publish({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"])
 """
 
 
+@pytest.mark.slow
 def test_launch_prints_what_rank0_published(tmp_path, leftover_processes):
     (tmp_path / "job.py").write_text(PUBLISHES)
     mark = uuid.uuid4().hex
@@ -53,6 +74,7 @@ def test_launch_prints_what_rank0_published(tmp_path, leftover_processes):
     assert leftover_processes(mark, name="LABKIT_TEST_MARK") == []
 
 
+@pytest.mark.slow
 def test_launch_of_a_failing_script_exits_2_with_the_ranks_error(tmp_path):
     (tmp_path / "bad.py").write_text(textwrap.dedent("""\
         def main():
@@ -67,12 +89,14 @@ def test_launch_of_a_failing_script_exits_2_with_the_ranks_error(tmp_path):
     assert "Traceback" not in proc.stderr.split("labkit: error:")[0]  # no CLI traceback
 
 
+@pytest.mark.slow
 def test_launch_with_a_missing_script_is_a_clear_error(tmp_path):
     proc = labkit("launch", "--nnodes", "2", "nowhere.py", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "labkit: error: script not found: nowhere.py"
 
 
+@pytest.mark.slow
 def test_launch_hosts_dry_run_prints_one_ssh_command_per_host(tmp_path):
     proc = labkit("launch", "--hosts", "a,b", "--nproc-per-node", "2", "--workdir", "/srv/lab",
                   "--ssh-port", "2222", "--dry-run", "train.py", "--x", "a b", cwd=tmp_path)
@@ -91,13 +115,15 @@ def test_launch_hosts_dry_run_prints_one_ssh_command_per_host(tmp_path):
     assert list(tmp_path.iterdir()) == []  # a dry run starts and writes nothing
 
 
+@pytest.mark.slow
 def test_launch_hosts_refuses_a_bad_host_list(tmp_path):
     proc = labkit("launch", "--hosts", "a,a", "--dry-run", "train.py", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith("labkit: error: a host is named twice")
 
 
-def test_launch_slurm_writes_a_batch_script(tmp_path):
+@pytest.mark.slow
+def test_launch_slurm_writes_a_batch_script(tmp_path, capsys, monkeypatch):
     (tmp_path / "train.py").write_text("print('hi')\n")
     (tmp_path / "logs").mkdir()
     target = tmp_path / "job.sbatch"
@@ -127,11 +153,14 @@ def test_launch_slurm_writes_a_batch_script(tmp_path):
     # What a batch script could not run says so before anything is written.
     for argv, words in ((["missing.py"], "training script missing.py not found"),
                         (["--timeout", "0", "train.py"], "--timeout wants a positive number")):
-        proc = labkit("launch", "--slurm", str(tmp_path / "bad.sbatch"), *argv, cwd=tmp_path)
-        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr and not (tmp_path / "bad.sbatch").exists()
+        monkeypatch.chdir(tmp_path)
+        code, _, err = labkit_here(capsys, "launch", "--slurm", str(tmp_path / "bad.sbatch"),
+                                   *argv)
+        assert code == 2 and words in err, err
+        assert "Traceback" not in err and not (tmp_path / "bad.sbatch").exists()
 
 
+@pytest.mark.slow
 def test_bench_launch_json():
     proc = labkit("bench", "launch", "--json", "--repeats", "1", "--nnodes", "1",
                   "--nproc-per-node", "1")
@@ -144,15 +173,17 @@ def test_bench_launch_json():
     assert report["bare_torchrun_runs_s"] == [report["bare_torchrun_s"]]
 
 
-def test_course_run_unknown_id_lists_the_known_ones(tmp_path):
+def test_course_run_unknown_id_lists_the_known_ones(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
-    proc = labkit("course", "run", "--only", "99", "--out", str(out))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "labkit: error: unknown notebook '99'" in proc.stderr
-    assert re.search(r"known ids: 00, 01\b", proc.stderr), proc.stderr
+    monkeypatch.chdir(REPO)
+    code, stdout, stderr = labkit_here(capsys, "course", "run", "--only", "99", "--out", str(out))
+    assert code == 2, stdout + stderr
+    assert "labkit: error: unknown notebook '99'" in stderr
+    assert re.search(r"known ids: 00, 01\b", stderr), stderr
     assert not out.exists()  # refused before anything ran
 
 
+@pytest.mark.slow
 def test_doctor_json():
     proc = labkit("doctor", "--json", timeout=120)
     assert proc.returncode in (0, 1), proc.stderr  # 1: some check failed on this machine
@@ -164,20 +195,22 @@ def test_doctor_json():
     assert proc.returncode == (0 if all(c["ok"] for c in checks) else 1)
 
 
-def test_orchestration_commands_are_wired():
-    proc = labkit("elastic", "--changes", "kill:0@5")
-    assert proc.returncode == 2 and "node 0 hosts the c10d rendezvous store" in proc.stderr
-    proc = labkit("agents", "status", "--redis", "redis://127.0.0.1:1", "--job", "j")
-    assert proc.returncode == 2 and "127.0.0.1:1" in proc.stderr
-    proc = labkit("partition", "election", "--help")
-    assert proc.returncode == 0 and "--rule" in proc.stdout
+def test_orchestration_commands_are_wired(capsys):
+    code, _, err = labkit_here(capsys, "elastic", "--changes", "kill:0@5")
+    assert code == 2 and "node 0 hosts the c10d rendezvous store" in err
+    code, _, err = labkit_here(capsys, "agents", "status", "--redis", "redis://127.0.0.1:1",
+                               "--job", "j")
+    assert code == 2 and "127.0.0.1:1" in err
+    code, out, _ = labkit_here(capsys, "partition", "election", "--help")
+    assert code == 0 and "--rule" in out
 
 
-def test_checkpoint_cadences_are_checked_before_launch(tmp_path):
+def test_checkpoint_cadences_are_checked_before_launch(tmp_path, capsys):
     for command in (["train", "--ckpt-dir", str(tmp_path)], ["elastic"], ["capstone"]):
-        proc = labkit(*command, "--checkpoint-every-updates", "0")
-        assert proc.returncode == 2 and "whole number of updates >= 1" in proc.stderr, proc.stderr
-        proc = labkit(*command, "--checkpoint-every-s", "-1")
-        assert proc.returncode == 2 and "positive number of seconds" in proc.stderr, proc.stderr
-        proc = labkit(*command, "--checkpoint-every-updates", "5", "--checkpoint-every-s", "2")
-        assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
+        code, _, err = labkit_here(capsys, *command, "--checkpoint-every-updates", "0")
+        assert code == 2 and "whole number of updates >= 1" in err, err
+        code, _, err = labkit_here(capsys, *command, "--checkpoint-every-s", "-1")
+        assert code == 2 and "positive number of seconds" in err, err
+        code, _, err = labkit_here(capsys, *command, "--checkpoint-every-updates", "5",
+                                   "--checkpoint-every-s", "2")
+        assert code == 2 and "not allowed with argument" in err, err

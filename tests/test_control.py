@@ -90,6 +90,7 @@ def _wait_state(url: str, job: str, name: str, state: str,
 # States
 
 
+@pytest.mark.slow
 def test_states_set_and_read_back(url, job):
     with Heartbeat(url, job, "a1", ttl_s=TTL_S, interval_s=INTERVAL_S, node=0, rank=1) as hb:
         [status] = fleet_status(url, job)
@@ -191,6 +192,7 @@ def test_a_sigkilled_agent_is_dead_within_the_ttl_and_not_before(url, job):
     assert dead_after_s(TTL_S) == TTL_S and dead_after_s(TTL_S, 0.05) == TTL_S + 0.05
 
 
+@pytest.mark.slow
 def test_sigterm_drains_then_leaves_with_exit_code_0(url, job):
     proc = spawn_agent(url, job, "worker", ttl_s=TTL_S, interval_s=INTERVAL_S, step_s=0.05)
     try:
@@ -219,6 +221,7 @@ def test_an_agent_with_steps_leaves_by_itself(url, job):
     assert (status.state, status.step) == ("left", 3)
 
 
+@pytest.mark.slow
 def test_measure_detection_kills_one_stops_one_and_reaps_all(url, job, leftover_processes):
     result = measure_detection(url, job, agents=3, ttl_s=TTL_S, interval_s=INTERVAL_S)
     assert result.bound_s == TTL_S + 0.05

@@ -87,6 +87,7 @@ def no_kernel_left_behind():
     assert kernel_children() == []
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_run_reports_each_notebook_and_goes_on_after_a_failure(tmp_path, capsys):
     nbdir = make_course(tmp_path)
@@ -178,6 +179,7 @@ def test_smoke_and_override_parameters_reach_the_kernel(tmp_path, monkeypatch):
     assert json.loads((out / "summary.json").read_text())["smoke"] is True
 
 
+@pytest.mark.slow
 def test_runs_are_kept_and_latest_points_at_the_newest(tmp_path):
     nbdir = make_course(tmp_path)
 
@@ -289,6 +291,7 @@ time.sleep(300)
 RUN_MARK = "LABKIT_TEST_COURSE_RUN"  # every process of the runner under test inherits it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_run_and_leaves_nothing_behind(tmp_path, sig, leftover_processes):
     """The runner killed mid-notebook: the kernel, its children and the server it started are

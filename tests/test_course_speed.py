@@ -16,6 +16,7 @@ REPORT = ("import json, os\n"
           "          open(os.path.join(os.environ['LABKIT_RESULTS_DIR'], 'seen.json'), 'w'))")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux affinity")
 def test_each_condition_runs_the_course_as_declared(tmp_path):
     nbdir = tmp_path / "notebooks"

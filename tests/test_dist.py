@@ -212,6 +212,7 @@ except RuntimeError:
 """
 
 
+@pytest.mark.slow
 def test_a_late_rank_joins_and_a_late_collective_still_times_out():
     from labkit.runtime.launch import launch_code
 

@@ -163,6 +163,7 @@ def test_format_programs_lists_every_program_and_the_install_line():
     assert short[3] == f"  install them: sudo {APT} prometheus  (or: make system-deps)"
 
 
+@pytest.mark.slow
 def test_install_dry_run_prints_what_it_would_do():
     """``labkit doctor --install --dry-run``: as root on Debian/Ubuntu the apt-get commands it
     would run, otherwise what to run (the sudo commands, or other systems' hints)."""

@@ -9,9 +9,9 @@ exactly, on any machine.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+from process_helpers import session_processes
 
 from labkit.errors import ParameterError
 from labkit.orchestration import (
@@ -39,16 +39,9 @@ if os.environ.get("LABKIT_NODE") == "1" and "torch.distributed.run" in sys.orig_
 
 
 def elastic_processes() -> list[str]:
-    """Live processes running the elastic rank script (none may outlive a run)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "elastic_rank.py" in text:
-            found.append(f"{cmdline.parent.name}: {text}")
-    return found
+    """Live processes of this session running the elastic rank script (none may outlive a
+    run)."""
+    return session_processes(lambda cmdline: "elastic_rank.py" in cmdline)
 
 
 def test_changes_parse_in_order():
@@ -101,6 +94,7 @@ def test_changes_that_could_not_apply_say_why(tmp_path):
     assert "never reached step 80" in outcomes[1].why_not
 
 
+@pytest.mark.slow
 def test_scale_up_then_a_preemption_notice_loses_no_step():
     cfg = ElasticConfig(steps=50, work_s=0.1, checkpoint_every_updates=10)
     run = run_elastic(cfg, min_nodes=2, max_nodes=3, changes="join:2@5,preempt:2@25")
@@ -120,6 +114,7 @@ def test_scale_up_then_a_preemption_notice_loses_no_step():
     assert elastic_processes() == []
 
 
+@pytest.mark.slow
 def test_a_killed_node_costs_the_steps_since_the_last_checkpoint(tmp_path, monkeypatch):
     (tmp_path / "hook").mkdir()
     (tmp_path / "hook" / "sitecustomize.py").write_text(LATE_NODE_HOOK)

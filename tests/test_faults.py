@@ -146,6 +146,7 @@ def expected_acc(steps: int, world: int) -> torch.Tensor:
 RESTARTABLE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
+@pytest.mark.slow
 def test_killed_job_resumes_to_the_same_result(tmp_path: Path, leftover_processes) -> None:  # noqa: ANN001
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
@@ -182,6 +183,7 @@ print("not reached", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_kill_in_save_leaves_the_previous_checkpoint(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RESTART_COUNT"}
     done = subprocess.run([sys.executable, "-c", SAVER, str(tmp_path)], env=env,

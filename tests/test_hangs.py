@@ -229,6 +229,7 @@ DETECTED_BY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_scenario_is_detected_in_time_with_the_right_culprit(name, monkeypatch, tmp_path,
                                                             leftover_processes):

@@ -92,6 +92,7 @@ print(f"unterminated {info.rank}", end="")  # the worker flushes a partial last 
 """
 
 
+@pytest.mark.slow
 def test_two_nodes_two_ranks_collectives_publish_and_prefixes(tmp_path, leftover_processes):
     script = write_script(tmp_path, COLLECTIVES)
     run_dir = tmp_path / "runs" / "job"  # does not exist yet: the launcher creates it
@@ -140,6 +141,7 @@ dist.barrier()  # rank 0 waits here for a rank that is gone
 """
 
 
+@pytest.mark.slow
 def test_raising_rank_fails_the_job_with_its_traceback(tmp_path, leftover_processes):
     script = write_script(tmp_path, RAISES)
     run_dir = tmp_path / "run"
@@ -176,6 +178,7 @@ dist.barrier()  # waits for rank 1, which never comes (collective timeout is 60 
 """
 
 
+@pytest.mark.slow
 def test_hanging_rank_is_ended_at_the_timeout(tmp_path, leftover_processes):
     script = write_script(tmp_path, HANGS)
     run_dir = tmp_path / "run"
@@ -203,6 +206,7 @@ publish({"restart": int(restart), "rank": int(os.environ["RANK"])})
 """
 
 
+@pytest.mark.slow
 def test_max_restarts_recovers_and_keeps_the_failure(leftover_processes):
     mark = uuid.uuid4().hex
     result = launch_code(RESTARTS, nnodes=1, nproc_per_node=1, max_restarts=1, timeout_s=120,
@@ -217,6 +221,7 @@ def test_max_restarts_recovers_and_keeps_the_failure(leftover_processes):
     assert leftover_processes(mark, name="LABKIT_TEST_MARK") == []
 
 
+@pytest.mark.slow
 def test_node_that_never_joins_times_out_the_rendezvous(tmp_path, leftover_processes):
     script = write_script(tmp_path, "open(__file__ + '.ran', 'w').close()\n")
     run_dir = tmp_path / "run"
@@ -597,6 +602,7 @@ def test_leftover_processes_sees_a_marked_process(tmp_path, leftover_processes):
     assert leftover_processes(marked) == []
 
 
+@pytest.mark.slow
 def test_a_dead_second_node_ends_the_job_without_waiting_for_the_timeout(tmp_path,
                                                                          leftover_processes):
     """Node 1's agent and rank die (SIGKILL); node 0 would wait for it forever. The launcher

@@ -94,6 +94,7 @@ os.abort()
 """
 
 
+@pytest.mark.slow
 def test_aborting_rank_is_named_with_its_signal_and_stderr(tmp_path, leftover_processes):
     script = write_script(tmp_path, ABORTS)
     run_dir = tmp_path / "run"
@@ -143,6 +144,7 @@ ctypes.string_at(0)  # reads address 0
 """
 
 
+@pytest.mark.slow
 def test_killed_and_segfaulting_ranks_are_each_reported(tmp_path, leftover_processes):
     script = write_script(tmp_path, DIES)
     ready, run_dir = tmp_path / "ready", tmp_path / "run"
@@ -182,6 +184,7 @@ publish({"restart": int(os.environ["TORCHELASTIC_RESTART_COUNT"])})
 """
 
 
+@pytest.mark.slow
 def test_rank_killed_on_purpose_then_restarted_does_not_raise(tmp_path, leftover_processes):
     script = write_script(tmp_path, KILLED_ONCE)
     run_dir = tmp_path / "run"
@@ -202,6 +205,7 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_labkit_launch_ended_by_a_signal_removes_its_folder_and_processes(tmp_path, sig, code):
     """``labkit launch`` on simulated nodes, ended by SIGTERM or Ctrl-C while its ranks run:

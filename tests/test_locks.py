@@ -85,6 +85,7 @@ def round_trip_s(server: RedisServer, pings: int = 20) -> float:
     return statistics.median(times)
 
 
+@pytest.mark.slow
 def test_a_lock_ttl_shorter_than_the_work_loses_updates_unless_fenced(server, url):
     plain = race_experiment(url, "redis_lock", agents=3, increments=30, think_s=0.003,
                             ttl_s=0.002)
@@ -105,6 +106,7 @@ def test_a_lock_ttl_shorter_than_the_work_loses_updates_unless_fenced(server, ur
 # Fencing
 
 
+@pytest.mark.slow
 def test_fencing_tokens_grow_and_the_store_refuses_older_ones(server):
     client = server.client()
     try:
@@ -126,6 +128,7 @@ def test_fencing_tokens_grow_and_the_store_refuses_older_ones(server):
         client.close()
 
 
+@pytest.mark.slow
 def test_fencing_refuses_every_stale_write_of_a_holder_paused_past_its_ttl(url):
     result = stale_write_experiment(url, rounds=3, ttl_s=0.2, pause_s=0.5)
     assert result.stale_writes_attempted == 3
@@ -164,6 +167,7 @@ def test_one_global_lock_order_finishes(url):
 # The guide's all_reduce "lock" in torchrun ranks
 
 
+@pytest.mark.slow
 def test_guide_lock_lets_every_rank_in_at_once(url):
     result = guide_lock_overlap(url, ranks=2, rounds=5, think_s=0.05)
     assert result.max_inside > 1, result.describe()  # a lock would keep this at 1
@@ -171,6 +175,7 @@ def test_guide_lock_lets_every_rank_in_at_once(url):
     assert result.lost_updates == result.expected - result.final > 0
 
 
+@pytest.mark.slow
 def test_a_rank_that_skips_the_guide_lock_hangs_the_others_until_the_timeout(url):
     result = guide_lock_skip(url, ranks=2, skip_rank=0, collective_timeout_s=3.0)
     assert result.skip_rank == 0
@@ -232,6 +237,7 @@ def test_agents_past_their_timeout_are_killed(url, leftover_processes):
     assert leftover_processes(url, name=CHILD_REDIS_URL_ENV) == []
 
 
+@pytest.mark.slow
 def test_cli_prints_the_comparison_as_json(url, monkeypatch, capsys):
     monkeypatch.setenv("REDIS_URL", url)
     parser = argparse.ArgumentParser()

@@ -32,6 +32,7 @@ def shell():
             sys.modules["__main__"] = main
 
 
+@pytest.mark.slow
 def test_cell_runs_on_every_rank_and_rank0_publishes(shell, capsys):
     shell.user_ns["size"] = 3
     shell.user_ns.pop("result", None)
@@ -56,6 +57,7 @@ def test_cell_runs_on_every_rank_and_rank0_publishes(shell, capsys):
     assert magic.last_launch is not None and magic.last_launch.ok
 
 
+@pytest.mark.slow
 def test_failing_rank_raises_in_the_cell_with_its_traceback(shell, capsys):
     body = (
         "import os\n"
@@ -79,6 +81,7 @@ def test_failing_rank_raises_in_the_cell_with_its_traceback(shell, capsys):
     assert "never" not in shell.user_ns
 
 
+@pytest.mark.slow
 def test_vars_must_name_defined_json_values(shell):
     shell.user_ns.pop("nowhere", None)
     with pytest.raises(ParameterError, match="nowhere"):
@@ -88,6 +91,7 @@ def test_vars_must_name_defined_json_values(shell):
         shell.run_cell_magic("torchrun", "--vars odd", "print('never runs')\n")
 
 
+@pytest.mark.slow
 def test_bad_env_in_the_magic_is_refused(shell):
     with pytest.raises(ParameterError, match="KEY=VALUE"):
         shell.run_cell_magic("torchrun", "--env NOVALUE", "print('never runs')\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from process_helpers import session_processes
 from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.errors import LabkitError, ServiceError
@@ -54,17 +55,11 @@ needs_prometheus = pytest.mark.skipif(
 
 
 def _prometheus_leftovers() -> tuple[list[str], list[str]]:
-    """Our Prometheus processes and temp dirs that still exist (the prefix is labkit's)."""
+    """This session's Prometheus processes and temp dirs that still exist (the prefix is
+    labkit's; under pytest-xdist each worker has a temporary folder of its own)."""
     dirs = sorted(str(p) for p in Path(tempfile.gettempdir()).glob("labkit-prometheus-*"))
-    procs = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "prometheus" in cmdline and "labkit-prometheus-" in cmdline:
-                procs.append(f"{entry.name}: {cmdline}")
+    procs = session_processes(
+        lambda cmdline: "prometheus" in cmdline and "labkit-prometheus-" in cmdline)
     return procs, dirs
 
 
@@ -219,6 +214,7 @@ def test_observe_job_rejects_a_delay_rank_outside_the_world():
         observe_job(world=2, delay_rank=2)
 
 
+@pytest.mark.slow
 def test_exporters_read_directly_give_the_whole_matrix(tmp_path, leftover_processes):
     run_dir = tmp_path / "run"
     job = observe_job(world=2, with_prometheus=False, duration_s=0.5, rounds=5,
@@ -234,6 +230,7 @@ def test_exporters_read_directly_give_the_whole_matrix(tmp_path, leftover_proces
     assert leftover_processes(run_dir) == []
 
 
+@pytest.mark.slow
 @needs_prometheus
 def test_prometheus_fires_pair_latency_high_for_the_slowed_rank_only(tmp_path,
                                                                      leftover_processes):

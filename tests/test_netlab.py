@@ -84,6 +84,7 @@ def test_build_and_close_leave_nothing():
         lab.command_prefix(0)
 
 
+@pytest.mark.slow
 def test_nodes_reach_each_other_and_the_root_namespace_gets_nothing():
     with NetLab(3, subnet="10.213.7.0/28", ifname="eth0") as lab:
         assert lab.ping(0, 1) and lab.ping(1, 2) and lab.ping(2, 0)
@@ -102,6 +103,7 @@ def test_nodes_reach_each_other_and_the_root_namespace_gets_nothing():
         assert not lab.ping(0, 2, timeout_s=1) and lab.ping(0, 1)
 
 
+@pytest.mark.slow
 def test_cap_limits_both_directions_and_uncap_removes_it():
     with NetLab(2) as lab:
         uncapped = lab.measure_throughput(0, 1, seconds=1)
@@ -241,6 +243,7 @@ ldist.teardown()
 """
 
 
+@pytest.mark.slow
 def test_two_nodes_all_reduce_across_namespaces(tmp_path, leftover_processes):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(ALL_REDUCE))
@@ -287,6 +290,7 @@ def test_two_nodes_all_reduce_across_namespaces(tmp_path, leftover_processes):
     assert out["capped_s"] > 4e6 * 8 / 100e6 / 1.5
 
 
+@pytest.mark.slow
 def test_wrong_socket_interface_fails_fast_with_gloos_message(tmp_path, leftover_processes):
     script = tmp_path / "job.py"
     script.write_text("from labkit.runtime import dist\ndist.setup('gloo')\n")

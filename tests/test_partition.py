@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_helpers import session_processes
 
 from labkit.errors import ParameterError
 from labkit.orchestration import (
@@ -47,7 +48,8 @@ def netns() -> list[str]:
 
 
 def experiment_processes() -> list[str]:
-    """Children of this process (zombies too) and any member or rank process still running."""
+    """Children of this process (zombies too) and any member or rank process of this session
+    still running."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -57,10 +59,11 @@ def experiment_processes() -> list[str]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() or "labkit.orchestration.partition member" in cmdline \
-                or "partition_rank.py" in cmdline:
+        if ppid == os.getpid():
             found.append(f"{entry.name}: {cmdline.strip()}")
-    return found
+    return found + [p for p in session_processes(
+        lambda cmdline: "labkit.orchestration.partition member" in cmdline
+        or "partition_rank.py" in cmdline) if p not in found]
 
 
 @pytest.fixture
@@ -108,6 +111,7 @@ def test_experiments_need_a_lab_network(monkeypatch):
 
 
 # --- real processes in network namespaces --------------------------------------------------
+@pytest.mark.slow
 @needs_lab
 def test_cut_and_heal_unplug_a_node(leaves_nothing):
     with NetLab(3) as lab:
@@ -125,6 +129,7 @@ def test_cut_and_heal_unplug_a_node(leaves_nothing):
             cut(lab, 3)
 
 
+@pytest.mark.slow
 @needs_lab
 def test_an_error_mid_experiment_still_heals_and_cleans_up(monkeypatch, leaves_nothing):
     real_cut = election.cut
@@ -138,6 +143,7 @@ def test_an_error_mid_experiment_still_heals_and_cleans_up(monkeypatch, leaves_n
         election_experiment(3, "naive", 2)
 
 
+@pytest.mark.slow
 @needs_lab
 @pytest.mark.parametrize("nodes,rule", [(3, "naive"), (3, "quorum"), (2, "naive"),
                                         (2, "quorum")])
@@ -177,6 +183,7 @@ def test_election_under_a_partition(nodes, rule, leaves_nothing):
             assert during.working_throughout == [0, 1] and during.working_at_end == [0, 1]
 
 
+@pytest.mark.slow
 @needs_lab
 def test_collective_under_a_partition_fails_on_every_rank(leaves_nothing):
     timeout_s = 3.0

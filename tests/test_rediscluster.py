@@ -64,6 +64,7 @@ def drain(buf: ExperienceBuffer, batch: int = 7) -> list[Experience]:
     return got
 
 
+@pytest.mark.slow
 def test_cluster_is_up_with_three_masters(cluster: RedisClusterServer, rc: RedisCluster):
     assert len(cluster.nodes) == 3 and len(set(cluster.ports)) == 3
     assert all(p + BUS_OFFSET <= 65535 for p in cluster.ports)
@@ -76,6 +77,7 @@ def test_cluster_is_up_with_three_masters(cluster: RedisClusterServer, rc: Redis
     by_url.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["list", "stream"])
 def test_buffers_run_unchanged_on_the_cluster(cluster, rc, kind):
     producers = [open_buffer(kind, rc, agent_id=a) for a in AGENTS]
@@ -114,6 +116,7 @@ def test_stream_reclaim_works_on_the_cluster(rc):
     assert heir.stats().redelivered == 12 and heir.pending() == 0
 
 
+@pytest.mark.slow
 def test_multi_key_commands_across_agents_fail_crossslot(cluster, rc):
     a, b = stream_key("lab", 0), stream_key("lab", 1)
     other = next(k for k in (stream_key("lab", i) for i in AGENTS) if rc.keyslot(k) != rc.keyslot(a))
@@ -132,6 +135,7 @@ def test_multi_key_commands_across_agents_fail_crossslot(cluster, rc):
     assert rc.exists(a, list_key("lab", 0)) == 0
 
 
+@pytest.mark.slow
 def test_stop_leaves_no_process_and_no_temp_dir():
     cluster = RedisClusterServer(masters=3).start()
     pids = [n.pid for n in cluster.nodes]

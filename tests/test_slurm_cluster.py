@@ -338,6 +338,7 @@ def rendezvous(output: Path) -> str:
     return match[1]
 
 
+@pytest.mark.slow
 def test_job_submitted_from_another_folder_runs_on_both_nodes_with_its_cpus(slurm, folders):
     written, elsewhere = folders
     assert shutil.which("torchrun", path=SUBMIT_PATH) is None
@@ -358,6 +359,7 @@ def test_job_submitted_from_another_folder_runs_on_both_nodes_with_its_cpus(slur
     slurm.assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_one_node_failing_ends_the_whole_job(slurm, folders):
     written, elsewhere = folders
     script = write_job(written, "fail.sbatch", "--nnodes", "2", "--nproc-per-node", "2",
@@ -372,6 +374,7 @@ def test_one_node_failing_ends_the_whole_job(slurm, folders):
     slurm.assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_options_reach_slurm_and_the_time_limit_is_whole_minutes(slurm, folders):
     written, elsewhere = folders
     (written / "logs").mkdir()
@@ -391,6 +394,7 @@ def test_options_reach_slurm_and_the_time_limit_is_whole_minutes(slurm, folders)
     slurm.slurm(["scancel", timed_id, untimed_id])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SLOW, reason="Slurm enforces a time limit 60-90 s after the start "
                     "(minute granularity, checked every 30 s): LABKIT_SLURM_TIME_LIMIT=1 runs it")
 def test_the_time_limit_ends_a_job_that_runs_past_it(slurm, folders):
@@ -403,6 +407,7 @@ def test_the_time_limit_ends_a_job_that_runs_past_it(slurm, folders):
     slurm.assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_two_jobs_on_the_same_first_node_keep_to_their_own_rendezvous(slurm, folders):
     written, elsewhere = folders
     a_up, b_up, a_gone = (written / name for name in ("a-up", "b-up", "a-gone"))
@@ -429,6 +434,7 @@ def test_two_jobs_on_the_same_first_node_keep_to_their_own_rendezvous(slurm, fol
     slurm.assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_a_busy_rendezvous_port_fails_the_job_loudly(slurm, folders):
     written, elsewhere = folders
     squatters = []
@@ -457,6 +463,7 @@ def test_a_busy_rendezvous_port_fails_the_job_loudly(slurm, folders):
     slurm.assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_scancel_leaves_nothing_behind(slurm, folders):
     written, elsewhere = folders
     script = write_job(written, "cancel.sbatch", "--nnodes", "2", "--nproc-per-node", "1",

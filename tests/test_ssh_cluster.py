@@ -151,6 +151,7 @@ def job_seconds(first_job) -> float:
     return seconds
 
 
+@pytest.mark.slow
 def test_a_two_host_job_runs_as_the_readme_says_and_leaves_nothing(lab, first_job):
     code, lines, err, _ = first_job
     assert code == 0, "\n".join(lines) + err
@@ -166,6 +167,7 @@ def test_a_two_host_job_runs_as_the_readme_says_and_leaves_nothing(lab, first_jo
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_two_jobs_on_the_same_first_host_get_their_own_rendezvous(lab, job, job_seconds):
     # The second names the hosts by address, as the README's example does: torchrun's own guess
     # of which agent hosts the store compares it with the host's name, which resolves to loopback.
@@ -178,6 +180,7 @@ def test_two_jobs_on_the_same_first_host_get_their_own_rendezvous(lab, job, job_
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code", "said"), [
     (signal.SIGINT, 130, "labkit: launch interrupted (Ctrl-C)"),
     (signal.SIGTERM, 143, "labkit: launch ended by SIGTERM"),
@@ -195,6 +198,7 @@ def test_ctrl_c_and_sigterm_end_every_remote_process(lab, job, job_seconds, sig,
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_the_timeout_ends_the_job_and_says_what_it_checked(lab, job, job_seconds):
     # Long enough to start the job on this machine (twice one whole job here), short of forever.
     limit = f"{max(10.0, 2 * job_seconds):.0f}"
@@ -207,6 +211,7 @@ def test_the_timeout_ends_the_job_and_says_what_it_checked(lab, job, job_seconds
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_an_unreachable_host_fails_fast_and_is_named(lab, job, job_seconds):
     code, lines, err = Reader(launch(lab, "h1,h3", str(job))).finish(wait_s=600)
     assert code == 2
@@ -216,6 +221,7 @@ def test_an_unreachable_host_fails_fast_and_is_named(lab, job, job_seconds):
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_a_script_failing_on_one_host_before_the_group_forms_ends_the_others(lab, job,
                                                                              job_seconds):
     code, lines, err = Reader(launch(lab, "h1,h2", str(job), "fail-early")).finish(wait_s=600)
@@ -227,6 +233,7 @@ def test_a_script_failing_on_one_host_before_the_group_forms_ends_the_others(lab
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_a_missing_interpreter_is_explained_before_anything_starts(lab, job):
     code, lines, err = Reader(launch(lab, "h1,h2", str(job),
                                      options=("--python", "/nowhere/python"))).finish(wait_s=120)
@@ -237,6 +244,7 @@ def test_a_missing_interpreter_is_explained_before_anything_starts(lab, job):
     assert no_leftovers(lab) == {}
 
 
+@pytest.mark.slow
 def test_an_unknown_host_key_says_how_to_fix_it(lab, job):
     bare = lab.folder / "no-known-hosts"
     text = lab.ssh_config.read_text().replace(str(lab.ssh_config.parent / "known_hosts"),

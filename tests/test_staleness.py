@@ -83,6 +83,7 @@ def test_spread_lags_mix_old_and_new() -> None:
     assert result["mean_policy_kl"] is not None
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_combination_in_its_own_process() -> None:
     rows = sweep(["none", "vtrace"], [0, 2], [0], steps=512, jobs=2)
     assert [(r["method"], r["lag"]) for r in rows] == [

@@ -6,6 +6,7 @@ be well above a random policy's (about 22 on CartPole-v1)."""
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -57,20 +58,27 @@ def small(**kwargs) -> TrainConfig:
     return TrainConfig(**{"agents": 2, "steps": 24_576, "seed": 1, **kwargs})
 
 
+@pytest.mark.slow
 def test_sync_learns_and_repeats_bit_for_bit(leftover_processes, tmp_path) -> None:
-    first = train(small(straggler_rank=1, straggler_factor=2), run_dir=tmp_path / "a")
+    # Four independent jobs, run at once: their start-ups overlap.
+    with ThreadPoolExecutor(4) as pool:
+        first, again, once_more, other_seed = pool.map(
+            lambda args: train(small(**args[0]), run_dir=tmp_path / args[1]), [
+                ({"straggler_rank": 1, "straggler_factor": 2}, "a"),
+                ({"steps": 2048}, "b"),
+                ({"steps": 2048, "straggler_rank": 0, "straggler_factor": 2}, "c"),
+                ({"steps": 2048, "seed": 2}, "d")])
     assert first["env_steps"] >= 24_576 and first["updates"] == 48
     assert first["final_mean_return"] > LEARNED
     assert first["straggler_delay_s"] > 0 and first["lag_hist"] == {"0": 48}
     # Same seed and world size: the same parameters, whatever the straggler did to the timing.
-    again = train(small(steps=2048), run_dir=tmp_path / "b")
-    once_more = train(small(steps=2048, straggler_rank=0, straggler_factor=2),
-                      run_dir=tmp_path / "c")
     assert again["params_sha256"] == once_more["params_sha256"]
-    assert again["params_sha256"] != train(small(steps=2048, seed=2))["params_sha256"]
-    assert not leftover_processes(tmp_path / "a")
+    assert again["params_sha256"] != other_seed["params_sha256"]
+    for run in "abcd":
+        assert not leftover_processes(tmp_path / run)
 
 
+@pytest.mark.slow
 def test_async_learns_and_measures_lag(leftover_processes, tmp_path) -> None:
     result = train(small(mode="async", staleness=StalenessConfig("vtrace")), run_dir=tmp_path)
     assert result["world_size"] == 3 and result["env_steps_consumed"] >= 24_576
@@ -82,6 +90,7 @@ def test_async_learns_and_measures_lag(leftover_processes, tmp_path) -> None:
     assert not leftover_processes(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_silent_learner_stops_the_actors_with_its_name(leftover_processes, tmp_path) -> None:
     cfg = small(mode="async", faults="stall:rank=0,step=2", learner_timeout_s=3.0, timeout_s=120)
     with pytest.raises(RankFailedError, match=r"LearnerLostError.*learner \(rank 0\)"):
@@ -89,6 +98,7 @@ def test_a_silent_learner_stops_the_actors_with_its_name(leftover_processes, tmp
     assert not leftover_processes(tmp_path)
 
 
+@pytest.mark.slow
 def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftover_processes) -> None:
     """Stop the server while actors and learner talk through it: a rank fails naming Redis."""
     import threading
@@ -122,6 +132,7 @@ def test_redis_going_away_mid_run_is_a_clear_error(monkeypatch, tmp_path, leftov
     assert not leftover_processes(tmp_path)
 
 
+@pytest.mark.slow
 def test_one_sync_rank_equals_the_same_updates_in_this_process(leftover_processes, tmp_path) -> None:
     """The distributed trainer against a plain single-process reference (picotron's habit): one
     sync rank under torchrun and DDP, and SyncAgent stepping the same updates here, end with

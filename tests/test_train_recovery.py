@@ -36,6 +36,7 @@ def test_bad_recovery_settings_fail_before_launch(kwargs: dict, message: str) ->
         train(config(**kwargs))
 
 
+@pytest.mark.slow
 def test_killed_rank_resumes_to_the_same_parameters(tmp_path, leftover_processes) -> None:
     clean = train(config())
     ckpt = tmp_path / "ckpt"

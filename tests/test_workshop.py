@@ -259,6 +259,7 @@ def test_a_failing_normal_cell_stops_the_run(tmp_path):
     assert "stopped: cell 6 raised ExerciseNotDone" in workshop_check.format_report(report)
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_a_check_that_times_out_fails_and_stops_the_run(tmp_path):
     path = course_notebook(tmp_path / "00_ex.ipynb", mean="import time\ntime.sleep(30)")
@@ -305,6 +306,7 @@ def test_cli_student_writes_copies_and_refuses_notebooks(tmp_path, capsys):
     assert (nbdir / "00_ex.ipynb").read_text() == before
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 def test_cli_check_exit_codes(tmp_path, capsys):
     nbdir = tmp_path / "notebooks"
