@@ -1,5 +1,6 @@
 """labkit.buffers.bench: one short real run (2 agent processes, 1 s windows) on an embedded Redis,
-checked for shape and delivery invariants. No timing thresholds: rates only have to be positive.
+and one with chunks, checked for shape and delivery invariants (marked slow: real agent
+processes). No timing thresholds: rates only have to be positive.
 """
 
 from __future__ import annotations
@@ -10,15 +11,33 @@ import shutil
 
 import pytest
 
-from labkit.buffers.bench import IMPLS, add_arguments, measure_buffers, parse_benchmark_csv
-from labkit.buffers.bench_report import BUSY, bottleneck, explained_table, notes, sweep_summary
+from labkit.buffers.bench import (
+    IMPLS,
+    add_arguments,
+    measure_buffers,
+    measure_specs,
+    parse_benchmark_csv,
+)
+from labkit.buffers.bench_report import (
+    BUSY,
+    bottleneck,
+    explained_table,
+    headline_ratios,
+    notes,
+    sweep_summary,
+)
 from labkit.buffers.bench_tracking import Spans
 
 ROW_KEYS = {"impl", "push_per_s", "pull_per_s", "e2e_per_s", "redis_benchmark_rpush_per_s",
             "lost", "duplicates", "malformed", "pushed", "server_cpu_push", "server_cpu_e2e",
-            "lead_s", "late_start_s", "end_spread_s", "push_overlap", "e2e_overlap", "skipped"}
+            "lead_s", "late_start_s", "end_spread_s", "push_overlap", "e2e_overlap", "skipped",
+            "chunk", "parser", "server_cpu_pull", "agents_cpu_push", "agents_cpu_e2e",
+            "learner_cpu_pull", "learner_cpu_e2e", "push_mb_per_s", "pull_mb_per_s",
+            "e2e_mb_per_s"}
 TOP_KEYS = {"benchmark", "agents", "payload", "seconds", "batch", "results", "redis_version",
-            "redis_benchmark_rpush_per_s", "list_vs_guide_e2e", "list_vs_redis_benchmark"}
+            "redis_benchmark_rpush_per_s", "list_vs_guide_e2e", "list_vs_redis_benchmark",
+            "item_bytes", "chunk", "chunks_per_push", "redis_benchmark_mb_per_s",
+            "list_push_bytes_vs_redis_benchmark"}
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +49,7 @@ def rows(report: dict) -> dict[str, dict]:
     return {r["impl"]: r for r in report["results"]}
 
 
+@pytest.mark.slow
 def test_shape_and_json(report: dict) -> None:
     assert TOP_KEYS <= set(report)
     assert report["benchmark"] == "buffer" and report["agents"] == 2
@@ -40,6 +60,7 @@ def test_shape_and_json(report: dict) -> None:
     assert report["redis_version"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["guide", "list", "stream", "nats"])
 def test_rates_and_delivery(report: dict, impl: str) -> None:
     row = rows(report)[impl]
@@ -60,12 +81,73 @@ def test_rates_and_delivery(report: dict, impl: str) -> None:
     assert 0 < row["push_overlap"] <= 1 and 0 < row["e2e_overlap"] <= 1
 
 
+@pytest.mark.slow
 def test_ratios(report: dict) -> None:
     by = rows(report)
     assert report["list_vs_guide_e2e"] == pytest.approx(
         by["list"]["e2e_per_s"] / by["guide"]["e2e_per_s"], rel=1e-2)
+    for row in report["results"]:
+        if row["push_per_s"] is not None:
+            assert row["push_mb_per_s"] == pytest.approx(
+                row["push_per_s"] * report["item_bytes"] / 1e6, rel=1e-2)
+    assert report["item_bytes"] == 1024 and report["chunk"] is None
 
 
+@pytest.fixture(scope="module")
+def chunked() -> dict:
+    """Chunks through the list buffer (pulled as chunks, redis-py's own parser) and the stream
+    buffer (pulled per experience), on the same two agents."""
+    return measure_specs([("list", 8, "python"), ("stream", 4, None)], agents=2, payload=256,
+                         seconds=0.4, batch=20, chunks_per_push=2, redis_benchmark=False)
+
+
+@pytest.mark.slow
+def test_chunks_are_delivered_once_and_intact(chunked: dict) -> None:
+    by = {r["impl"]: r for r in chunked["results"]}
+    assert (by["list"]["chunk"], by["stream"]["chunk"]) == (8, 4)
+    assert by["list"]["parser"] == "python" and by["stream"]["parser"] == "hiredis"
+    for row in chunked["results"]:
+        assert set(row) == ROW_KEYS
+        assert row["pushed"] > 0 and row["lost"] == 0 and row["malformed"] == 0, row
+        assert row["push_per_s"] > 0 and row["pull_per_s"] > 0
+        assert row["agents_cpu_push"] >= 0 and row["learner_cpu_pull"] >= 0
+    assert by["list"]["duplicates"] == 0 and by["stream"]["duplicates"] == 0
+    assert by["list"]["pushed"] % 8 == 0  # whole chunks
+
+
+
+def test_headline_ratios_pick_the_list_row_of_the_chunk() -> None:
+    report = {"redis_benchmark_rpush_per_s": 1000.0, "redis_benchmark_mb_per_s": 1.0,
+              "results": [{"impl": "guide", "chunk": None, "e2e_per_s": 10.0},
+                          {"impl": "list", "chunk": None, "e2e_per_s": 30.0, "push_per_s": 200.0,
+                           "push_mb_per_s": 0.2},
+                          {"impl": "list", "chunk": 64, "e2e_per_s": 600.0, "push_per_s": 800.0,
+                           "push_mb_per_s": 0.8}]}
+    assert headline_ratios(report, 64) == {"list_vs_guide_e2e": 60.0,
+                                           "list_vs_redis_benchmark": 0.8,
+                                           "list_push_bytes_vs_redis_benchmark": 0.8}
+    assert headline_ratios(report, None)["list_vs_guide_e2e"] == 3.0
+    assert headline_ratios({**report, "redis_benchmark_mb_per_s": None}, 8) == dict.fromkeys(
+        ("list_vs_guide_e2e", "list_vs_redis_benchmark", "list_push_bytes_vs_redis_benchmark"))
+
+
+def test_client_options_pick_the_parser() -> None:
+    from redis._parsers import _HiredisParser, _RESP2Parser
+
+    from labkit.buffers.base import client_options
+    from labkit.errors import LabkitError
+
+    assert client_options("") == {}
+    assert client_options("python")["parser_class"] is _RESP2Parser
+    assert client_options("hiredis")["parser_class"] is _HiredisParser
+    reader = client_options("hiredis-reader")
+    assert reader["parser_class"] is _HiredisParser
+    assert type(reader["command_packer"]).__name__ == "PythonRespSerializer"
+    with pytest.raises(LabkitError, match="choose"):
+        client_options("fast")
+
+
+@pytest.mark.slow
 def test_redis_benchmark_ceiling(report: dict) -> None:
     if shutil.which("redis-benchmark") is None:
         assert report["redis_benchmark_rpush_per_s"] is None
@@ -93,6 +175,10 @@ def test_cli_arguments() -> None:
     assert (args.impl, args.agents, args.payload, args.seconds, args.sweep, args.json) == (
         "guide,list", 4, 1024, 2.0, "1,2", True)
     assert parser.parse_args([]).batch == 100
+    args = parser.parse_args(["--chunk", "64", "--chunk-sweep", "1,8,64", "--parser", "python"])
+    assert (args.chunk, args.chunk_sweep, args.parser, args.chunks_per_push) == (
+        64, "1,8,64", "python", 8)
+    assert parser.parse_args([]).chunk is None
 
 
 def test_rates_come_from_each_agents_own_span_and_the_stretch_they_shared() -> None:
@@ -155,3 +241,14 @@ def test_the_bottleneck_verdict_comes_from_the_sweeps_numbers() -> None:
     assert bottleneck(sweep_rows("list", [100, 200], [None, None]), "list").first == "unknown"
     assert bottleneck(sweep_rows("list", [100], [0.1]), "list").first == "one point"
     assert bottleneck(sweep_rows("list", [100], [0.1]), "guide") is None
+
+
+def test_parser_rates_measure_every_mode_on_both_frame_kinds() -> None:
+    from labkit.buffers.bench_sweep import codec_rates, parser_rates
+
+    rows = parser_rates(payload=64, chunk=4, items=16, seconds=0.01)
+    assert {(r["mode"], r["frames"]) for r in rows} == {
+        (m, f) for m in ("hiredis", "hiredis-reader", "python") for f in ("per item", "chunk 4")}
+    assert all(r["push_per_cpu_s"] > 0 and r["pop_per_cpu_s"] > 0 for r in rows)
+    codec = codec_rates(payload=64, chunk=4, seconds=0.01)
+    assert all(v > 0 for v in codec.values())

@@ -20,6 +20,7 @@ from buffer_helpers import assert_same, exp
 
 from labkit.buffers.base import ExperienceBuffer
 from labkit.buffers.base import drain as drain_until
+from labkit.buffers.chunk import ExperienceChunk
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.kinds import open_buffer
 from labkit.buffers.nats_js import NatsBuffer, subject
@@ -150,6 +151,27 @@ def test_duplicate_publishes_are_returned_once(url):
         assert learner.pull(2) == []  # read, recognised by (agent, seq), never returned
     assert learner.stats().duplicates == 1
     assert settled(learner)  # the duplicate was acked
+    producer.close()
+    learner.close()
+
+
+def chunk(agent: int, seqs: range) -> ExperienceChunk:
+    return ExperienceChunk.from_experiences([exp(agent, s) for s in seqs])
+
+
+def test_chunks_are_returned_per_experience_deduplicated_and_acked(url):
+    producer = NatsBuffer(url, agent_id=0)
+    assert producer.push_chunks([chunk(0, range(0, 4)), chunk(0, range(4, 8))]) == 8
+    assert producer.push_chunks([chunk(0, range(0, 4))]) == 4  # a retried publish, same msg id
+    assert producer.publish_duplicates == 1 and producer.stats().pushed == 8
+    producer.push_chunks([chunk(0, range(6, 10))])  # overlaps: only the learner can tell
+    learner = NatsBuffer(url, agent_id=0)
+    got = drain(learner, 10, batch=3)  # chunks cut at max_count: the rest wait, unacked
+    assert [e.seq for e in got] == list(range(10))
+    for item in got:
+        assert_same(item, exp(0, item.seq))
+    assert learner.stats().duplicates == 2  # seqs 6 and 7 of the third chunk
+    assert settled(learner)  # each message acked once all it returned were
     producer.close()
     learner.close()
 

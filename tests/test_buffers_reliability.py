@@ -248,13 +248,16 @@ def test_a_port_that_is_not_redis_fails_fast_and_clearly():
     try:
         buf = open_buffer("list", f"redis://:pw@127.0.0.1:{port}/0", agent_id=0)
         exc = _bounded(lambda: buf.push([exp(0, 0)]), 2.0)
-        assert isinstance(exc, redis.exceptions.InvalidResponse) and "Protocol Error" in str(exc)
+        assert isinstance(exc, redis.exceptions.InvalidResponse)
+        assert "protocol error" in str(exc).lower()  # either parser: redis-py's or hiredis
     finally:
         listener.close()
     with NatsServer() as nats:  # the lab's other server: greets with INFO {...}
         buf = open_buffer("stream", f"redis://:pw@127.0.0.1:{nats.port}/0", agent_id=0)
         exc = _bounded(lambda: buf.pull(1), 2.0)
-        assert isinstance(exc, redis.RedisError) and "INFO" in str(exc)
+        # redis-py's parser quotes the greeting; hiredis names its first byte
+        assert isinstance(exc, redis.RedisError)
+        assert "INFO" in str(exc) or 'got "I"' in str(exc)
 
 
 def test_a_silent_port_times_out_instead_of_hanging():

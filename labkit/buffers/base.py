@@ -11,11 +11,12 @@ differ in round trips, what survives serialization and the delivery guarantee:
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from labkit.errors import LabkitError
 
@@ -23,11 +24,16 @@ if TYPE_CHECKING:
     import redis
     from redis.cluster import RedisCluster
 
+    from labkit.buffers.chunk import ExperienceChunk
     from labkit.buffers.frame import Experience
 
     RedisLike = redis.Redis | RedisCluster
 
 DRAIN_LIMIT_S = 60.0  # only bounds a drain whose experiences never all arrive
+REDIS_PARSER_ENV = "LABKIT_REDIS_PARSER"
+"""``hiredis``, ``hiredis-reader`` or ``python``: the reply parser and command packer of the
+clients the buffers open from a URL (:func:`client_options`); unset: redis-py's default."""
+PARSERS = ("hiredis", "hiredis-reader", "python")
 
 
 @dataclass
@@ -52,6 +58,8 @@ class ExperienceBuffer(ABC):
     """Agents push experiences, the learner pulls them; the subclasses are interchangeable."""
 
     name: ClassVar[str] = ""
+    chunked: ClassVar[bool] = False
+    """True where ``pull_chunks`` returns the chunks as they travelled (no re-stacking)."""
 
     def __init__(self) -> None:
         self._stats = BufferStats()
@@ -63,6 +71,18 @@ class ExperienceBuffer(ABC):
     @abstractmethod
     def pull(self, max_count: int) -> list[Experience]:
         """What the learner consumes next: at most ``max_count``, maybe fewer (or none)."""
+
+    def push_chunks(self, chunks: Sequence[ExperienceChunk]) -> int:
+        """Sends chunks of experiences; returns how many experiences were accepted. This default
+        pushes each chunk's experiences; the kinds that carry chunk frames override it."""
+        return self.push([exp for chunk in chunks for exp in chunk.experiences()])
+
+    def pull_chunks(self, max_items: int, *, copy: bool = False) -> list[ExperienceChunk]:
+        """At most ``max_items`` experiences as chunks. This default stacks what ``pull``
+        returns (runs of one layout); ``chunked`` kinds return the chunks as they came."""
+        from labkit.buffers.chunk import as_chunks
+
+        return as_chunks(self.pull(max_items))
 
     def ack(self, experiences: Sequence[Experience]) -> None:
         """Marks pulled experiences as done. A no-op where delivery is at-most-once."""
@@ -131,14 +151,57 @@ def drain(buffer: ExperienceBuffer, want: int | None = None, *, batch: int = 64,
     return Drained(want, ended, time.monotonic() - started, got)
 
 
+def client_options(parser: str | None = None) -> dict[str, Any]:
+    """redis-py client options for ``parser`` (default: ``$LABKIT_REDIS_PARSER``; {} when unset):
+
+    - "hiredis": hiredis's C reply parser and its command packer, redis-py's default when
+      hiredis is installed. The packer copies every value into one buffer per command;
+    - "hiredis-reader": hiredis's parser with redis-py's own packer, which sends values over
+      6000 bytes as they are, uncopied (what large chunk frames want);
+    - "python": redis-py's own parser and packer, as without hiredis."""
+    parser = parser if parser is not None else os.environ.get(REDIS_PARSER_ENV, "")
+    if not parser:
+        return {}
+    if parser not in PARSERS:
+        raise LabkitError(f"redis parser {parser!r}: choose one of {', '.join(PARSERS)}")
+    from redis import connection
+    from redis._parsers import Encoder, _HiredisParser, _RESP2Parser
+
+    if parser.startswith("hiredis") and not connection.HIREDIS_AVAILABLE:
+        raise LabkitError("the hiredis parser needs `pip install hiredis`")
+    own = connection.PythonRespSerializer(6000, Encoder("utf-8", "strict", False).encode)
+    if parser == "hiredis":
+        return {"parser_class": _HiredisParser, "command_packer": connection.HiredisRespSerializer()}
+    if parser == "hiredis-reader":
+        return {"parser_class": _HiredisParser, "command_packer": own}
+    return {"parser_class": _RESP2Parser, "command_packer": own}
+
+
 def connect(target: str | RedisLike) -> tuple[RedisLike, bool]:
     """A client for ``target`` (a URL, or a ``redis.Redis`` / ``RedisCluster`` used as is) and
-    whether the buffer owns it (opened it here, so closes it)."""
+    whether the buffer owns it (opened it here, so closes it). A URL's client uses the parser
+    ``$LABKIT_REDIS_PARSER`` names (:func:`client_options`)."""
     if isinstance(target, str):
         import redis
 
-        return redis.Redis.from_url(target), True
+        return redis.Redis.from_url(target, **client_options()), True
     return target, False
+
+
+def parser_in_use(client: Any) -> str:
+    """"hiredis", "hiredis-reader" or "python" (see :func:`client_options`): the reply parser
+    and command packer ``client``'s connections use."""
+    from redis import connection
+    from redis._parsers import _HiredisParser
+
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    chosen = kwargs.get("parser_class", connection.DefaultParser)
+    packer = kwargs.get("command_packer")
+    if chosen is not _HiredisParser:
+        return "python"
+    own = isinstance(packer, connection.PythonRespSerializer) or (
+        packer is None and not connection.HIREDIS_AVAILABLE)
+    return "hiredis-reader" if own else "hiredis"
 
 
 def check_capacity(capacity: int | None) -> None:

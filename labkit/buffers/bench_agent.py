@@ -1,13 +1,14 @@
 """One agent process of ``labkit bench buffer``: pushes synthetic experiences when told.
 
 Speaks JSON lines: prints ``{"ready": agent_id}`` once imported, then answers each command
-read from stdin with one line. ``{"cmd": "open", "impl", "namespace", "payload"}`` connects and
+read from stdin with one line. ``{"cmd": "open", "impl", "namespace", "payload", "parser"}`` connects (``parser``: redis-py's reply parser) and
 warms up (``{"ok": true}``); ``{"cmd": "ping"}`` answers ``{"pong": time}`` at once (the parent
 times it to know how early a window's command must go out); ``{"cmd": "push", "impl",
-"namespace", "start", "end", "batch", "payload"}`` waits until ``start`` (``time.time()``),
-pushes batches until ``end`` and prints ``{"pushed", "first", "last"}`` (or ``{"error"}``;
+"namespace", "start", "end", "batch", "payload", "chunk"}`` waits until ``start``
+(``time.time()``), pushes batches until ``end`` (with ``chunk`` N: ``batch`` chunks of N
+experiences a push, through ``push_chunks``) and prints ``{"pushed", "first", "last"}`` (or ``{"error"}``;
 ``first`` is when this agent really began, later than ``start`` when it woke late, and it
-pushes nothing when it woke after ``end``); ``{"cmd": "quit"}`` ends it.
+pushes nothing when it woke after ``end``; ``cpu_s``: its CPU seconds while pushing); ``{"cmd": "quit"}`` ends it.
 Server URLs come from the environment (``LABKIT_REDIS_URL`` / ``LABKIT_NATS_URL``),
 never from argv, where ``ps`` would show their passwords. Nothing is pickled.
 """
@@ -20,7 +21,10 @@ import sys
 import time
 from typing import Any
 
-from labkit.buffers.base import ExperienceBuffer
+import numpy as np
+
+from labkit.buffers.base import ExperienceBuffer, client_options
+from labkit.buffers.chunk import ExperienceChunk
 from labkit.buffers.frame import Experience, make_experience
 from labkit.buffers.kinds import open_buffer
 from labkit.services.base import CHILD_NATS_URL_ENV, CHILD_REDIS_URL_ENV
@@ -38,45 +42,68 @@ class Agent:
         self.agent_id = agent_id
         self.buffers: dict[tuple[str, str], ExperienceBuffer] = {}
         self.seqs: dict[str, int] = {}
+        self.clients: list[Any] = []  # Redis clients opened here (the buffers do not own them)
 
-    def buffer(self, impl: str, namespace: str) -> ExperienceBuffer:
+    def buffer(self, impl: str, namespace: str, parser: str = "") -> ExperienceBuffer:
+        """The buffer of (impl, namespace); a Redis one with a client using ``parser``."""
         key = (impl, namespace)
         if key not in self.buffers:
-            self.buffers[key] = open_buffer(impl, url_for(impl), agent_id=self.agent_id,
+            target: Any = url_for(impl)
+            if impl != "nats":
+                import redis
+
+                target = redis.Redis.from_url(target, **client_options(parser))
+                self.clients.append(target)
+            self.buffers[key] = open_buffer(impl, target, agent_id=self.agent_id,
                                             agents=[self.agent_id], namespace=namespace)
         return self.buffers[key]
 
     def open(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Connects and warms up (imports, first tensors) before any window opens."""
-        buf = self.buffer(cmd["impl"], cmd["namespace"])
+        buf = self.buffer(cmd["impl"], cmd["namespace"], cmd.get("parser") or "")
         make_experience(self.agent_id, 0, int(cmd["payload"]))
         if hasattr(buf, "redis"):
             buf.redis.ping()
         return {"ok": True}
 
     def push(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Pushes batches of ``cmd["batch"]`` between ``start`` and ``end``; returns counts."""
+        """Pushes batches of ``cmd["batch"]`` between ``start`` and ``end``; returns counts.
+        With ``cmd["chunk"]`` N, a batch is ``batch`` chunks of N experiences."""
         impl, batch = cmd["impl"], int(cmd["batch"])
+        chunk = int(cmd.get("chunk") or 0)
         buf = self.buffer(impl, cmd["namespace"])
         tensors = make_experience(self.agent_id, 0, int(cmd["payload"])).tensors
+        stacked = {name: t.expand(chunk, *t.shape).contiguous() for name, t in tensors.items()}
+        ids = np.full(chunk, self.agent_id, dtype=np.int64)
+        versions = np.zeros(chunk, dtype=np.int64)
         seq = self.seqs.get(impl, 0)
         start, end = float(cmd["start"]), float(cmd["end"])
         while (wait := start - time.time()) > 0:
             time.sleep(min(wait, 0.01))
-        first = time.time()
+        first, cpu0 = time.time(), time.process_time()
         pushed = 0
         now = first
         while now < end:
-            exps = [Experience(self.agent_id, seq + k, 0, now, tensors) for k in range(batch)]
-            pushed += buf.push(exps)
-            seq += batch
+            if chunk:  # an actor's rollout tensors, already stacked: new ids and times only
+                chunks = [ExperienceChunk(ids, np.arange(seq + k * chunk, seq + (k + 1) * chunk),
+                                          versions, np.full(chunk, now), stacked)
+                          for k in range(batch)]
+                pushed += buf.push_chunks(chunks)
+                seq += batch * chunk
+            else:
+                exps = [Experience(self.agent_id, seq + k, 0, now, tensors) for k in range(batch)]
+                pushed += buf.push(exps)
+                seq += batch
             now = time.time()
         self.seqs[impl] = seq
-        return {"pushed": pushed, "first": first, "last": now}
+        return {"pushed": pushed, "first": first, "last": now,
+                "cpu_s": time.process_time() - cpu0}
 
     def close(self) -> None:
         for buf in self.buffers.values():
             buf.close()
+        for client in self.clients:
+            client.close()
 
 
 def answer(agent: Agent, cmd: dict[str, Any]) -> dict[str, Any]:

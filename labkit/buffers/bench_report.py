@@ -20,7 +20,9 @@ def _cell(column: str, value: Any) -> str:
     if value is None:
         return "n/a"
     if isinstance(value, float):
-        return f"{value:.2f}" if column.startswith("server_cpu") else f"{value:.0f}"
+        if "cpu" in column:
+            return f"{value:.2f}"
+        return f"{value:.1f}" if column.endswith("mb_per_s") else f"{value:.0f}"
     return str(value)
 
 
@@ -76,9 +78,11 @@ def notes(row: dict[str, Any], seconds: float) -> list[str]:
     return out
 
 
-def explained_table(rows: list[dict[str, Any]], seconds: float) -> str:
+def explained_table(rows: list[dict[str, Any]], seconds: float,
+                    columns: tuple[str, ...] = COLUMNS) -> str:
     """:func:`table`, then the :func:`notes` of every row that needs one."""
-    return "\n".join([table(rows), *(note for row in rows for note in notes(row, seconds))])
+    return "\n".join([table(rows, columns),
+                      *(note for row in rows for note in notes(row, seconds))])
 
 
 def sweep_summary(points: list[dict[str, Any]], impl: str) -> str:
@@ -184,3 +188,78 @@ def bottleneck(points: list[dict[str, Any]], impl: str, cores: int | None = None
         knee_cpu=knee.get("server_cpu_push"), max_cpu=max_cpu,
         busy_from=busy_from, busy_after=busy_after,
         cores=cores, first=first)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def headline_ratios(report: dict[str, Any], chunk: int | None) -> dict[str, Any]:
+    """The headline ratios: the list buffer (at ``chunk``) against the guide end to end, and its
+    push against redis-benchmark's RPUSH, in items/s and in bytes/s."""
+    rows = report["results"]
+    listed = next((r for r in rows if r["impl"] == "list" and r.get("chunk") == chunk), None)
+    guide = next((r for r in rows if r["impl"] == "guide"), None)
+    ceiling = report["redis_benchmark_rpush_per_s"]
+    ceiling_mb = report["redis_benchmark_mb_per_s"]
+    return {
+        "list_vs_guide_e2e": _ratio(listed and listed["e2e_per_s"], guide and guide["e2e_per_s"]),
+        "list_vs_redis_benchmark": _ratio(listed and listed["push_per_s"], ceiling),
+        "list_push_bytes_vs_redis_benchmark": _ratio(listed and listed["push_mb_per_s"],
+                                                     ceiling_mb),
+    }
+
+
+CHUNK_COLUMNS = ("impl", "chunk", "parser", "push_per_s", "push_mb_per_s", "pull_per_s",
+                 "e2e_per_s", "e2e_mb_per_s", "server_cpu_push", "server_cpu_e2e",
+                 "agents_cpu_e2e", "learner_cpu_e2e", "lost")
+E2E_TARGET = 50.0  # the lesson's targets: list end to end >= 50x the guide's, and its push
+PUSH_TARGET = 0.5  # >= half of redis-benchmark's pipelined RPUSH, in bytes/s
+
+
+def chunk_findings(report: dict[str, Any], chunk: int | None) -> list[str]:
+    """Sentences from a chunk sweep (``bench_sweep.sweep_chunks``) about the list buffer at
+    ``chunk``: against the guide end to end, its push against redis-benchmark in bytes/s, each
+    beside the lesson's target, and where the CPU went in the end-to-end window."""
+    rows = [r for r in report["results"] if r.get("skipped") is None]
+    main = [r for r in rows if r["impl"] == "guide" or "vs_guide_e2e" in r]
+    row = next((r for r in main if r["impl"] == "list" and r["chunk"] == chunk), None)
+    guide = next((r for r in main if r["impl"] == "guide"), None)
+    if row is None or guide is None:
+        return [f"no list row at chunk {chunk} beside the guide's in this report"]
+    ratios = headline_ratios({**report, "results": main}, chunk)
+    e2e, push = ratios["list_vs_guide_e2e"], ratios["list_push_bytes_vs_redis_benchmark"]
+    lines = []
+    if e2e is None:
+        lines.append("end to end: no rate for one of the two (see the notes above)")
+    else:
+        verdict = "meets" if e2e >= E2E_TARGET else "falls short of"
+        lines.append(f"end to end, chunks of {chunk}: {row['e2e_per_s']:.0f}/s against the "
+                     f"guide's {guide['e2e_per_s']:.0f}/s, {e2e:.1f}x: {verdict} the "
+                     f"{E2E_TARGET:g}x target")
+    if push is None:
+        lines.append("push vs redis-benchmark: no ceiling (redis-benchmark is not installed)")
+    else:
+        verdict = "meets" if push >= PUSH_TARGET else "falls short of"
+        lines.append(f"push, chunks of {chunk}: {row['push_mb_per_s']:.1f} MB/s of payload, "
+                     f"{100 * push:.0f}% of redis-benchmark's pipelined RPUSH of the same value "
+                     f"size ({report['redis_benchmark_mb_per_s']:.1f} MB/s): {verdict} the "
+                     f"{100 * PUSH_TARGET:.0f}% target")
+    cpu = {who: row.get(f"{who}_cpu_e2e") for who in ("server", "agents", "learner")}
+    if all(v is not None for v in cpu.values()):
+        used = sum(cpu.values())
+        cores = report.get("cpu_count")
+        lines.append(f"CPU in the end-to-end window (cores): server {cpu['server']:.2f}, agents "
+                     f"{cpu['agents']:.2f}, learner {cpu['learner']:.2f}; {used:.2f} of the "
+                     f"machine's {cores or '?'} in all")
+        if cores and used < BUSY * min(cores, 1 + report.get("agents", 1)):
+            lines.append(f"  these processes had {used:.2f} cores between them, not the "
+                         f"{cores} the machine has: something else was using it, and every rate "
+                         "here is below what they reach alone (the ratios, taken side by side, "
+                         "suffer less)")
+    best = report.get("best_chunk")
+    if best is not None and best != chunk:
+        top = next(r for r in main if r["impl"] == "list" and r["chunk"] == best)
+        lines.append(f"the best end-to-end rate of the sweep was at chunks of {best}: "
+                     f"{top['e2e_per_s']:.0f}/s, {top['vs_guide_e2e']}x the guide")
+    return lines

@@ -166,7 +166,8 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_B
     if magic != MAGIC:
         raise FrameError(f"not an experience frame: magic {magic!r}, expected {MAGIC!r}")
     if version != VERSION:
-        raise FrameError(f"frame version {version}; this labkit reads version {VERSION}")
+        hint = " (a chunk of experiences: labkit.buffers.chunk.decode_chunk)" if version == 2 else ""
+        raise FrameError(f"frame version {version}; decode reads version {VERSION}{hint}")
     if flags != 0:
         raise FrameError(f"frame flags {flags:#06x}; version {VERSION} defines none")
     if n_tensors > MAX_TENSORS:

@@ -17,6 +17,12 @@
   and counted in ``redelivered``. A learner never returns the same (agent_id, seq) twice:
   repeats are acked and counted in ``duplicates``; malformed messages are counted and
   terminated (never redelivered). Nothing is ever unpickled.
+- Chunks (``labkit.buffers.chunk``): ``push_chunks`` publishes one message per chunk, msg id
+  ``{agent_id}-{first seq}+{n}``; the learner de-duplicates and returns each experience on
+  its own and acks the message once every experience it returned was acked, so a learner that
+  dies mid-chunk gets the whole message redelivered. Experiences past ``max_count`` wait,
+  unacked, for the next pull. A message holds at most the server's max_payload (1 MiB by
+  default): size chunks below it.
 - The interface is synchronous: the asyncio client runs on an event loop in a private thread,
   so the buffer also works in Jupyter, whose own loop is already running.
 """
@@ -26,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import re
-import threading
+from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -37,7 +43,9 @@ import nats.js.errors
 from nats.js import api
 
 from labkit.buffers.base import ExperienceBuffer, SeenSeqs, check_capacity, check_count
+from labkit.buffers.chunk import ExperienceChunk, encode_chunk, read_entry
 from labkit.buffers.frame import Experience, FrameStats, encode
+from labkit.buffers.nats_loop import Loop
 from labkit.errors import LabkitError, ServiceError
 from labkit.services.base import redact
 
@@ -70,34 +78,6 @@ class ConsumerState:
     """Delivered, not acked yet (in flight, or from a learner that died)."""
     redelivered: int
     """Of those, delivered more than once."""
-
-
-class _Loop:
-    """An asyncio event loop in a daemon thread, for synchronous callers (Jupyter included)."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-        self.loop.close()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        """The coroutine's result; concurrent.futures.TimeoutError after ``timeout`` seconds."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(5.0)
 
 
 class NatsBuffer(ExperienceBuffer):
@@ -147,11 +127,14 @@ class NatsBuffer(ExperienceBuffer):
         self.seen = SeenSeqs(seen_limit)
         self.publish_duplicates = 0
         """Publishes JetStream recognised by their Nats-Msg-Id and did not store again."""
-        self._inflight: dict[tuple[int, int], Msg] = {}  # returned by pull, not acked yet
+        self._inflight: dict[tuple[int, int], int] = {}  # returned, not acked: stream seq
+        self._held: dict[int, list[Any]] = {}  # stream seq: [latest delivery, unacked count]
+        self._kept: deque[Experience] = deque()  # of a chunk, past max_count: next pull's
+        self._entry_len: int | None = None  # experiences per message last seen
         self._sub: JetStreamContext.PullSubscription | None = None
         self._errors: list[Exception] = []
         self._closed = False
-        self._loop = _Loop(f"labkit-nats-{agent_id}")
+        self._loop = Loop(f"labkit-nats-{agent_id}")
         try:
             self._nc: Client = self._run(self._connect(), "connect", _CONNECT_S)
             self._js = self._nc.jetstream(timeout=timeout_s)
@@ -234,10 +217,18 @@ class NatsBuffer(ExperienceBuffer):
         JetStream acknowledged (duplicates it already held included)."""
         if not experiences:
             return 0
-        frames = [(f"{e.agent_id}-{e.seq}", encode(e)) for e in experiences]
+        frames = [(f"{e.agent_id}-{e.seq}", encode(e), 1) for e in experiences]
         return self._run(self._push(frames), "publish")
 
-    async def _push(self, frames: list[tuple[str, bytes]]) -> int:
+    def push_chunks(self, chunks: Sequence[ExperienceChunk]) -> int:
+        """One message per chunk, the same way; returns the experiences acknowledged."""
+        if not chunks:
+            return 0
+        frames = [(f"{c.agent_ids[0]}-{c.seqs[0]}+{len(c)}", encode_chunk(c), len(c))
+                  for c in chunks]
+        return self._run(self._push(frames), "publish")
+
+    async def _push(self, frames: list[tuple[str, bytes, int]]) -> int:
         bounded = self.capacity is not None
         before = await self._subject_count() if bounded else 0
         acks, failed = await self._publish(frames)
@@ -250,23 +241,27 @@ class NatsBuffer(ExperienceBuffer):
                 f"JetStream refused {len(failed)} of {len(frames)} messages "
                 f"({failed[0][1]!r}); re-push them: the msg ids de-duplicate"
             )
-        stored = sum(1 for ack in acks if not ack.duplicate)
-        self.publish_duplicates += len(acks) - stored
+        stored = sum(size for size, ack in acks if not ack.duplicate)
+        stored_msgs = sum(1 for _, ack in acks if not ack.duplicate)
+        self.publish_duplicates += len(acks) - stored_msgs
         self._stats.pushed += stored
         if bounded:
             after = await self._subject_count()
-            self._stats.dropped += max(0, before + stored - after)
-        return len(acks)
+            per = max(size for *_, size in frames)
+            self._stats.dropped += max(0, before + stored_msgs - after) * per
+        return sum(size for size, _ in acks)
 
     async def _publish(
-        self, frames: list[tuple[str, bytes]]
-    ) -> tuple[list[api.PubAck], list[tuple[tuple[str, bytes], Exception]]]:
-        """Publishes without waiting, then gathers the PubAcks: (acks, [(frame, error)])."""
+        self, frames: list[tuple[str, bytes, int]]
+    ) -> tuple[list[tuple[int, api.PubAck]], list[tuple[tuple[str, bytes, int], Exception]]]:
+        """Publishes without waiting, then gathers the PubAcks: ([(size, ack)],
+        [(frame, error)])."""
         name = subject(self.agent_id)
         futures = [await self._js.publish_async(name, data, headers={MSG_ID: msg_id})
-                   for msg_id, data in frames]  # fmt: skip
+                   for msg_id, data, _ in frames]  # fmt: skip
         replies = await asyncio.gather(*futures, return_exceptions=True)
-        acks = [r for r in replies if isinstance(r, api.PubAck)]
+        acks = [(f[2], r) for f, r in zip(frames, replies, strict=True)
+                if isinstance(r, api.PubAck)]
         failed = [(f, r) for f, r in zip(frames, replies, strict=True) if isinstance(r, Exception)]
         return acks, failed
 
@@ -300,48 +295,65 @@ class NatsBuffer(ExperienceBuffer):
     async def _pull(self, max_count: int) -> list[Experience]:
         sub = await self._subscription()
         out: list[Experience] = []
+        while self._kept and len(out) < max_count:
+            out.append(self._kept.popleft())
         while len(out) < max_count:
-            want = max_count - len(out)
+            want = 1 if self._entry_len is None else -(-(max_count - len(out)) // self._entry_len)
             try:
                 msgs = await sub.fetch(want, timeout=self.fetch_timeout_s)
             except (TimeoutError, nats.errors.TimeoutError):
                 break
             for msg in msgs:
-                exp = await self._accept(msg)
-                if exp is not None:
-                    out.append(exp)
+                exps = await self._accept(msg)
+                room = max(0, max_count - len(out))
+                out += exps[:room]
+                self._kept.extend(exps[room:])
             if len(msgs) < want:  # the stream had no more: don't wait for another fetch
                 break
         self._stats.pulled += len(out)
         return out
 
-    async def _accept(self, msg: Msg) -> Experience | None:
-        """The message's experience if it is valid and new; else counts it and settles it."""
-        exp = self.frames.decode(msg.data)
-        if exp is None:
+    async def _accept(self, msg: Msg) -> list[Experience]:
+        """The message's valid, new experiences; else counts it and settles it."""
+        item = read_entry(self.frames, msg.data)
+        if item is None:
             self._stats.malformed += 1
             await msg.term()  # never redelivered
-            return None
-        key = (exp.agent_id, exp.seq)
-        if key in self._inflight:  # redelivered while this learner still holds it
-            self._inflight[key] = msg
-            return None
-        if not self.seen.add(*key):
-            self._stats.duplicates += 1
+            return []
+        where = msg.metadata.sequence.stream
+        if where in self._held:  # redelivered while this learner still holds it
+            self._held[where][0] = msg
+            return []
+        exps = item.experiences() if isinstance(item, ExperienceChunk) else [item]
+        self._entry_len = len(exps)
+        new = [exp for exp in exps if self.seen.add(exp.agent_id, exp.seq)]
+        self._stats.duplicates += len(exps) - len(new)
+        if not new:
             await msg.ack()
-            return None
-        self._inflight[key] = msg
+            return []
+        for exp in new:
+            self._inflight[(exp.agent_id, exp.seq)] = where
+        self._held[where] = [msg, len(new)]
         if msg.metadata.num_delivered > 1:
-            self._stats.redelivered += 1
-        return exp
+            self._stats.redelivered += len(new)
+        return new
 
     def ack(self, experiences: Sequence[Experience]) -> None:
-        """Acks the messages these experiences came from (unknown ones are ignored)."""
+        """Acks the messages whose returned experiences are now all acked (unknown ones are
+        ignored)."""
         if experiences:
             self._run(self._ack([(e.agent_id, e.seq) for e in experiences]), "ack")
 
     async def _ack(self, keys: list[tuple[int, int]]) -> None:
-        msgs = [m for key in keys if (m := self._inflight.pop(key, None)) is not None]
+        msgs = []
+        for key in keys:
+            where = self._inflight.pop(key, None)
+            held = None if where is None else self._held.get(where)
+            if held is None:
+                continue
+            held[1] -= 1
+            if held[1] <= 0:
+                msgs.append(self._held.pop(where)[0])
         for msg in msgs:
             await msg.ack()
         if msgs:

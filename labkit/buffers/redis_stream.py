@@ -16,6 +16,15 @@
   that retried a push, a reclaimed entry already seen) is counted in ``duplicates``, acked and
   skipped. Malformed entries are counted, acked (else they would come back forever) and skipped.
   Nothing read from Redis is ever unpickled.
+- Chunks (``labkit.buffers.chunk``): ``push_chunks`` adds one entry per chunk. The learner
+  de-duplicates, returns and counts each experience of a chunk on its own; the entry is acked
+  once every experience it returned was acked (those that were duplicates need none), so a
+  learner that dies mid-chunk leaves the whole entry pending and ``reclaim`` redelivers it
+  (its experiences already returned elsewhere are then duplicates to a learner that saw them).
+  Experiences of a chunk past ``max_count`` wait, unacked, for the next pull. XREADGROUP
+  counts entries: a stream is asked for as many as its share needs at the chunk length it last
+  delivered (one entry while it has seen none). With ``capacity``, a chunked push keeps ``max(1, capacity // n)`` entries for
+  chunks of ``n`` and counts ``n`` dropped per entry trimmed.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from labkit.buffers.base import RedisBuffer, SeenSeqs, check_count
+from labkit.buffers.chunk import ExperienceChunk, encode_chunk, read_entry
 from labkit.buffers.frame import Experience, encode
 from labkit.buffers.redis_list import fair_shares
 from labkit.errors import LabkitError
@@ -79,6 +89,9 @@ class StreamBuffer(RedisBuffer):
         self._inflight: dict[tuple[int, int], tuple[str, bytes]] = {}  # returned, not acked
         self._reclaimed: deque[Entry] = deque()  # claimed by reclaim(), not yet returned
         self._held: set[tuple[str, bytes]] = set()  # entries in either of the two above
+        self._left: dict[tuple[str, bytes], int] = {}  # returned experiences not acked, per entry
+        self._kept: deque[Experience] = deque()  # of a chunk, past max_count: next pull's
+        self._entry_len: dict[str, int] = {}  # experiences per entry last seen, per stream
         self._groups_ready = False
 
     def key(self, agent_id: int) -> str:
@@ -89,40 +102,58 @@ class StreamBuffer(RedisBuffer):
         """One MULTI: XLEN, an XADD per experience (MAXLEN ~ capacity), XLEN: one round trip."""
         if not experiences:
             return 0
+        return self._xadd([encode(exp) for exp in experiences], len(experiences), 1)
+
+    def push_chunks(self, chunks: Sequence[ExperienceChunk]) -> int:
+        """One MULTI: XLEN, an XADD per chunk, XLEN; returns the experiences accepted."""
+        if not chunks:
+            return 0
+        return self._xadd([encode_chunk(c) for c in chunks], sum(len(c) for c in chunks),
+                          max(len(c) for c in chunks))
+
+    def _xadd(self, frames: list[bytes], count: int, per_entry: int) -> int:
         key = self.key(self.agent_id)
         bounded = self.capacity is not None
+        keep = max(1, self.capacity // per_entry) if self.capacity is not None else None
         pipe = self.redis.pipeline(transaction=True)  # one key: a MULTI works on a cluster too
         if bounded:
             pipe.xlen(key)
-        for exp in experiences:
-            pipe.xadd(key, {FIELD: encode(exp)}, maxlen=self.capacity, approximate=True)
+        for data in frames:
+            pipe.xadd(key, {FIELD: data}, maxlen=keep, approximate=True)
         if bounded:
             pipe.xlen(key)
         replies = pipe.execute()
         if bounded:
             before, after = int(replies[0]), int(replies[-1])
-            self._stats.dropped += max(0, before + len(experiences) - after)
-        self._stats.pushed += len(experiences)
-        return len(experiences)
+            self._stats.dropped += max(0, before + len(frames) - after) * per_entry
+        self._stats.pushed += count
+        return count
 
     # Learner side.
     def pull(self, max_count: int) -> list[Experience]:
-        """Reclaimed entries first, then new ones: a fair share of ``max_count`` per stream."""
+        """Kept and reclaimed experiences first, then new ones: a fair share per stream."""
         check_count(max_count)
         out: list[Experience] = []
         done: list[tuple[str, bytes]] = []  # malformed or duplicate: ack right away
+        while self._kept and len(out) < max_count:
+            out.append(self._kept.popleft())
         while self._reclaimed and len(out) < max_count:
             key, entry_id, fields = self._reclaimed.popleft()
             self._held.discard((key, entry_id))
-            exp = self._accept(key, entry_id, fields, done)
-            if exp is not None:
-                out.append(exp)
-                self._stats.redelivered += 1
+            exps = self._accept(key, entry_id, fields, done)
+            self._stats.redelivered += len(exps)
+            self._keep(out, exps, max_count)
         if self.agents and len(out) < max_count:
             self._read_new(max_count, out, done)
         self._xack(done)
         self._stats.pulled += len(out)
         return out
+
+    def _keep(self, out: list[Experience], exps: list[Experience], max_count: int) -> None:
+        """Appends ``exps`` to ``out`` up to ``max_count``; the rest wait for the next pull."""
+        room = max(0, max_count - len(out))
+        out += exps[:room]
+        self._kept.extend(exps[room:])
 
     def _read_new(self, max_count: int, out: list[Experience], done: list) -> None:
         self._ensure_groups()
@@ -133,7 +164,9 @@ class StreamBuffer(RedisBuffer):
         error: Exception | None = None
         while candidates and len(out) < max_count:
             shares = fair_shares(max_count - len(out), len(candidates))
-            asked = [(agent, n) for agent, n in zip(candidates, shares, strict=True) if n > 0]
+            asked = [(agent, 1 if (size := self._entry_len.get(self.key(agent))) is None
+                      else -(-n // size))
+                     for agent, n in zip(candidates, shares, strict=True) if n > 0]
             pipe = self.redis.pipeline(transaction=False)
             for agent, n in asked:
                 pipe.xreadgroup(self.group, self.consumer, {self.key(agent): ">"}, count=n)
@@ -150,9 +183,8 @@ class StreamBuffer(RedisBuffer):
                     continue
                 entries = _stream_entries(reply)
                 for entry_id, fields in entries:
-                    exp = self._accept(self.key(agent), entry_id, fields, done)
-                    if exp is not None:
-                        out.append(exp)
+                    self._keep(out, self._accept(self.key(agent), entry_id, fields, done),
+                               max_count)
                 if len(entries) == n:
                     full.append(agent)
             if error is not None:
@@ -162,30 +194,47 @@ class StreamBuffer(RedisBuffer):
                 self._ensure_groups()
             candidates = unasked + full
 
-    def _accept(self, key: str, entry_id: bytes, fields: Any, done: list) -> Experience | None:
-        """The entry's experience if it is valid and new; else counts it and queues its ack."""
+    def _accept(self, key: str, entry_id: bytes, fields: Any, done: list) -> list[Experience]:
+        """The entry's valid, new experiences; counts the rest and queues the entry's ack when
+        none of them is new."""
         raw = fields.get(FIELD.encode(), fields.get(FIELD)) if isinstance(fields, dict) else None
-        exp = self.frames.decode(raw) if isinstance(raw, bytes) else None
-        if exp is None:
+        item = read_entry(self.frames, raw) if raw is not None else None
+        if item is None:
             self._stats.malformed += 1
             done.append((key, entry_id))
-            return None
-        if not self.seen.add(exp.agent_id, exp.seq):
-            self._stats.duplicates += 1
+            return []
+        if isinstance(item, ExperienceChunk):
+            self._entry_len[key] = len(item)
+            exps = item.experiences()
+        else:
+            self._entry_len[key] = 1
+            exps = [item]
+        new = [exp for exp in exps if self.seen.add(exp.agent_id, exp.seq)]
+        self._stats.duplicates += len(exps) - len(new)
+        if not new:
             done.append((key, entry_id))
-            return None
-        self._inflight[(exp.agent_id, exp.seq)] = (key, entry_id)
+            return []
+        for exp in new:
+            self._inflight[(exp.agent_id, exp.seq)] = (key, entry_id)
+        self._left[(key, entry_id)] = len(new)
         self._held.add((key, entry_id))
-        return exp
+        return new
 
     def ack(self, experiences: Sequence[Experience]) -> None:
-        """XACKs the entries these experiences came from (unknown ones are ignored)."""
+        """XACKs the entries whose returned experiences are now all acked (unknown experiences
+        are ignored)."""
         done = []
         for exp in experiences:
             where = self._inflight.pop((exp.agent_id, exp.seq), None)
-            if where is not None:
-                self._held.discard(where)
-                done.append(where)
+            if where is None:
+                continue
+            left = self._left.get(where, 1) - 1
+            if left > 0:
+                self._left[where] = left
+                continue
+            self._left.pop(where, None)
+            self._held.discard(where)
+            done.append(where)
         self._xack(done)
 
     def reclaim(self, min_idle_ms: int) -> int:
