@@ -42,7 +42,6 @@ import torch
 
 from labkit.buffers.frame import (
     _BIG_ENDIAN_HOST,
-    _CODE_DTYPES,
     _CRC,
     _DTYPE_NDIM,
     _MAX_EXTENT,
@@ -59,6 +58,7 @@ from labkit.buffers.frame import (
     _tensor_bytes,
     _where,
     decode,
+    read_tensor_record,
 )
 
 CHUNK_VERSION = 2
@@ -276,32 +276,7 @@ def _validate(view: memoryview, max_bytes: int) -> tuple[list, int, int]:
     layout: list[tuple[str, torch.dtype, tuple[int, ...], int, int]] = []
     names: set[str] = set()
     for index in range(n_tensors):
-        if pos + _U16.size > end:
-            raise FrameError(f"frame truncated in tensor {index}'s name length")
-        (name_len,) = _U16.unpack_from(view, pos)
-        pos += _U16.size
-        if pos + name_len + _DTYPE_NDIM.size > end:
-            raise FrameError(f"frame truncated in tensor {index}'s name or dtype")
-        try:
-            name = str(view[pos:pos + name_len], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise FrameError(f"tensor {index}'s name is not valid utf-8: {exc}") from exc
-        pos += name_len
-        if name in names:
-            raise FrameError(f"{_where(index, name)} appears twice in the frame")
-        names.add(name)
-        code, ndim = _DTYPE_NDIM.unpack_from(view, pos)
-        pos += _DTYPE_NDIM.size
-        dtype = _CODE_DTYPES.get(code)
-        if dtype is None:
-            raise FrameError(f"{_where(index, name)} has unknown dtype code {code}")
-        if ndim > MAX_NDIM:
-            raise FrameError(f"{_where(index, name)} has {ndim} dims; at most {MAX_NDIM}")
-        record = _SHAPES[ndim]
-        if pos + record.size > end:
-            raise FrameError(f"frame truncated in {_where(index, name)}'s shape")
-        *shape, nbytes = record.unpack_from(view, pos)
-        pos += record.size
+        name, dtype, shape, nbytes, pos = read_tensor_record(view, pos, end, index, names)
         needed = n * math.prod(shape) * dtype.itemsize  # Python ints: no overflow
         if needed != nbytes:
             raise FrameError(f"{_where(index, name)}: {n} x {tuple(shape)} of {dtype} needs "

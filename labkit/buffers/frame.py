@@ -178,32 +178,7 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_B
     layout: list[tuple[str, torch.dtype, tuple[int, ...], int, int]] = []
     names: set[str] = set()
     for index in range(n_tensors):
-        if pos + _U16.size > end:
-            raise FrameError(f"frame truncated in tensor {index}'s name length")
-        (name_len,) = _U16.unpack_from(view, pos)
-        pos += _U16.size
-        if pos + name_len + _DTYPE_NDIM.size > end:
-            raise FrameError(f"frame truncated in tensor {index}'s name or dtype")
-        try:
-            name = str(view[pos:pos + name_len], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise FrameError(f"tensor {index}'s name is not valid utf-8: {exc}") from exc
-        pos += name_len
-        if name in names:
-            raise FrameError(f"{_where(index, name)} appears twice in the frame")
-        names.add(name)
-        code, ndim = _DTYPE_NDIM.unpack_from(view, pos)
-        pos += _DTYPE_NDIM.size
-        dtype = _CODE_DTYPES.get(code)
-        if dtype is None:
-            raise FrameError(f"{_where(index, name)} has unknown dtype code {code}")
-        if ndim > MAX_NDIM:
-            raise FrameError(f"{_where(index, name)} has {ndim} dims; at most {MAX_NDIM}")
-        record = _SHAPES[ndim]
-        if pos + record.size > end:
-            raise FrameError(f"frame truncated in {_where(index, name)}'s shape")
-        *shape, nbytes = record.unpack_from(view, pos)
-        pos += record.size
+        name, dtype, shape, nbytes, pos = read_tensor_record(view, pos, end, index, names)
         itemsize = dtype.itemsize
         needed = math.prod(shape) * itemsize  # Python ints: no overflow
         if needed != nbytes:
@@ -229,6 +204,40 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_B
     for name, dtype, shape, offset, nbytes in layout:
         tensors[name] = _tensor_from(view[offset:offset + nbytes], dtype, shape)
     return Experience(agent_id, seq, policy_version, timestamp, tensors)
+
+
+def read_tensor_record(view: memoryview, pos: int, end: int, index: int, names: set[str]
+                       ) -> tuple[str, torch.dtype, tuple[int, ...], int, int]:
+    """The header of tensor record ``index`` at ``pos`` (name, dtype, shape, byte length), each
+    field checked against ``end`` and the names seen (``names`` gets this one); and the offset of
+    its data. Shared by frame versions 1 and 2."""
+    if pos + _U16.size > end:
+        raise FrameError(f"frame truncated in tensor {index}'s name length")
+    (name_len,) = _U16.unpack_from(view, pos)
+    pos += _U16.size
+    if pos + name_len + _DTYPE_NDIM.size > end:
+        raise FrameError(f"frame truncated in tensor {index}'s name or dtype")
+    try:
+        name = str(view[pos:pos + name_len], "utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"tensor {index}'s name is not valid utf-8: {exc}") from exc
+    pos += name_len
+    if name in names:
+        raise FrameError(f"{_where(index, name)} appears twice in the frame")
+    names.add(name)
+    code, ndim = _DTYPE_NDIM.unpack_from(view, pos)
+    pos += _DTYPE_NDIM.size
+    dtype = _CODE_DTYPES.get(code)
+    if dtype is None:
+        raise FrameError(f"{_where(index, name)} has unknown dtype code {code}")
+    if ndim > MAX_NDIM:
+        raise FrameError(f"{_where(index, name)} has {ndim} dims; at most {MAX_NDIM}")
+    record = _SHAPES[ndim]
+    if pos + record.size > end:
+        raise FrameError(f"frame truncated in {_where(index, name)}'s shape")
+    *shape, nbytes = record.unpack_from(view, pos)
+    pos += record.size
+    return name, dtype, tuple(shape), nbytes, pos
 
 
 def _where(index: int, name: str) -> str:
