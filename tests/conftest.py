@@ -14,9 +14,14 @@ from process_helpers import SESSION_ENV
 # The mark every process of this session inherits (see process_helpers.session_processes). Under
 # pytest-xdist each worker also gets a temporary folder of its own, so a test that looks for
 # files a program left in the temporary folder sees only its own worker's.
-os.environ.setdefault(SESSION_ENV, f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}")
-if os.environ.get("PYTEST_XDIST_WORKER") and "LABKIT_TEST_TMPDIR" not in os.environ:
-    _worker_tmp = tempfile.mkdtemp(prefix=f"lk-{os.environ['PYTEST_XDIST_WORKER']}-")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:  # a worker inherits the controller's environment: give it a mark of its own
+    os.environ[SESSION_ENV] = f"{_WORKER}-{os.getpid()}"
+else:
+    os.environ.setdefault(SESSION_ENV, f"main-{os.getpid()}")
+if _WORKER and "LABKIT_TEST_TMPDIR" not in os.environ:
+    _worker_tmp = tempfile.mkdtemp(prefix=f"lk-{_WORKER}-")
+    os.chmod(_worker_tmp, 0o1777)  # as /tmp is: munged, for one, refuses a socket folder others can't enter
     os.environ["TMPDIR"] = os.environ["LABKIT_TEST_TMPDIR"] = _worker_tmp
     tempfile.tempdir = None
 
