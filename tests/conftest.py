@@ -56,6 +56,7 @@ def leftover_processes() -> Callable[..., list[str]]:
     return find_leftover_processes
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist's ``--dist loadgroup`` (``make test``): every module's tests stay on one
     worker, so a module-scoped fixture (a shared launch, a cluster) runs once; the notebooks,
