@@ -57,6 +57,8 @@ from labkit.buffers.frame import (
     _as_bytes_view,
     _tensor_bytes,
     _where,
+    check_bool,
+    check_crc,
     decode,
     read_tensor_record,
 )
@@ -290,16 +292,12 @@ def _validate(view: memoryview, max_bytes: int) -> tuple[list, int, int]:
         if any(view[pos:pos + pad]):
             raise FrameError(f"{_where(index, name)}: padding bytes are not zero")
         pos += pad
-        if dtype is torch.bool and nbytes and np.frombuffer(view, np.uint8, nbytes, pos).max() > 1:
-            raise FrameError(f"{_where(index, name)} is bool but holds bytes other than 0 and 1")
+        check_bool(view, pos, nbytes, dtype, _where(index, name))
         layout.append((name, dtype, tuple(shape), pos, nbytes))
         pos += nbytes
     if pos != end:
         raise FrameError(f"{end - pos} unexpected bytes after the last tensor")
-    (expected,) = _CRC.unpack_from(view, end)
-    actual = zlib.crc32(view[:end])
-    if actual != expected:
-        raise FrameError(f"frame CRC mismatch ({actual:#010x} != {expected:#010x}): corrupt")
+    check_crc(view, end)
     return layout, n, end
 
 

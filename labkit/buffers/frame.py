@@ -189,16 +189,12 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_FRAME_B
         if nbytes > end - pos:
             raise FrameError(f"frame truncated in {_where(index, name)}'s data ({nbytes} bytes "
                              f"claimed, {end - pos} left)")
-        if dtype is torch.bool and nbytes and np.frombuffer(view, np.uint8, nbytes, pos).max() > 1:
-            raise FrameError(f"{_where(index, name)} is bool but holds bytes other than 0 and 1")
+        check_bool(view, pos, nbytes, dtype, _where(index, name))
         layout.append((name, dtype, tuple(shape), pos, nbytes))
         pos += nbytes
     if pos != end:
         raise FrameError(f"{end - pos} unexpected bytes after the last tensor")
-    (expected,) = _CRC.unpack_from(view, end)
-    actual = zlib.crc32(view[:end])
-    if actual != expected:
-        raise FrameError(f"frame CRC mismatch ({actual:#010x} != {expected:#010x}): corrupt")
+    check_crc(view, end)
 
     tensors: dict[str, torch.Tensor] = {}
     for name, dtype, shape, offset, nbytes in layout:
@@ -238,6 +234,20 @@ def read_tensor_record(view: memoryview, pos: int, end: int, index: int, names: 
     *shape, nbytes = record.unpack_from(view, pos)
     pos += record.size
     return name, dtype, tuple(shape), nbytes, pos
+
+
+def check_bool(view: memoryview, pos: int, nbytes: int, dtype: torch.dtype, where: str) -> None:
+    """A bool tensor's bytes are all 0 or 1 (torch would read any other byte as an invalid bool)."""
+    if dtype is torch.bool and nbytes and np.frombuffer(view, np.uint8, nbytes, pos).max() > 1:
+        raise FrameError(f"{where} is bool but holds bytes other than 0 and 1")
+
+
+def check_crc(view: memoryview, end: int) -> None:
+    """The CRC32 trailer at ``end`` matches every byte before it (frame versions 1 and 2)."""
+    (expected,) = _CRC.unpack_from(view, end)
+    actual = zlib.crc32(view[:end])
+    if actual != expected:
+        raise FrameError(f"frame CRC mismatch ({actual:#010x} != {expected:#010x}): corrupt")
 
 
 def _where(index: int, name: str) -> str:
