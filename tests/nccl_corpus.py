@@ -207,7 +207,7 @@ def default_check(text: str) -> list[Any]:
     from labkit.nccl.check import check_env
     from labkit.nccl.paste import parse_env
 
-    return check_env(read_env(text), runs=parse_env(text).runs)
+    return check_env(read_env(text), **parse_env(text).job)
 
 
 def phantoms(entry: Entry, env: Mapping[str, str]) -> dict[str, str]:

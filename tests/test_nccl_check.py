@@ -392,3 +392,61 @@ def test_yaml_null_and_nccl_conf_lines_reach_the_checker_as_the_launcher_and_ncc
     env = parse_env_file("echo NCCL_SOCKET_IFNAME=^docker0 >> /etc/nccl.conf\n")
     assert env == {"NCCL_SOCKET_IFNAME": "^docker0"}
     assert any("lo" in f.message and f.severity == "warning" for f in check_env(env))
+
+
+# --- values that are not literals yet: computed, placeholders, '~' ----------------------------
+
+def test_a_computed_value_is_not_checked_as_a_literal():
+    for value in ("`hostname`", "$(hostname -s)", "$MASTER"):
+        findings = check_env({"MASTER_ADDR": value})
+        assert pairs(findings) == {("info", "MASTER_ADDR")}, findings
+        assert "not checked here" in findings[0].message
+    assert "command substitution" in check_env({"MASTER_ADDR": "`hostname`"})[0].message
+
+
+@pytest.mark.parametrize("env,name", [
+    ({"MASTER_ADDR": "<IP_address_of_node_1>"}, "MASTER_ADDR"),
+    ({"NCCL_IB_HCA": "<your-hca>"}, "NCCL_IB_HCA"),
+    ({"NCCL_SOCKET_IFNAME": "^<iface>"}, "NCCL_SOCKET_IFNAME"),
+    ({"NCCL_ALGO": "<algo>"}, "NCCL_ALGO"),
+    ({"MASTER_PORT": "<port of node 0>"}, "MASTER_PORT"),
+])
+def test_a_placeholder_is_a_warning_that_says_so_never_an_error(env, name):
+    findings = check_env(env)
+    assert not [f for f in findings if f.severity == "error"], findings
+    assert [f for f in findings if f.variable == name and f.severity == "warning"
+            and "placeholder" in f.message]
+
+
+def test_a_tilde_nccl_keeps_is_an_error_with_its_source_and_one_the_shell_expands_is_not():
+    cases = {"NCCL_TOPO_FILE": "src/graph/xml.cc", "NCCL_DEBUG_FILE": "src/debug.cc",
+             "NCCL_CONF_FILE": "#nccl-conf-file", "NCCL_TOPO_DUMP_FILE": "src/graph/xml.cc"}
+    for name, source in cases.items():
+        env = {name: "~/x.xml"}
+        error = next(f for f in check_env(env) if f.severity == "error")
+        assert error.variable == name and source in error.source
+        assert "fopen" in error.message or "does not accept the ~" in error.message
+        expanded = check_env(env, tilde={name})
+        assert not [f for f in expanded if f.severity == "error"], expanded
+        assert any("shell expands" in f.message and "Tilde-Expansion" in f.source
+                   for f in expanded)
+
+
+def test_an_expanded_tilde_is_checked_as_the_path_it_becomes(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "t.xml").write_text('<system version="1"></system>')
+    env = {"NCCL_TOPO_FILE": "~/t.xml"}
+    host = Host.described({"lo"}, files=True)
+    assert not [f for f in check_env(env, host=host, tilde={"NCCL_TOPO_FILE"})
+                if f.severity != "info"]
+
+
+def test_ib_retry_count_zero_is_a_warning_with_its_source():
+    finding = next(f for f in check_env({"NCCL_IB_RETRY_CNT": "0"})
+                   if f.variable == "NCCL_IB_RETRY_CNT")
+    assert finding.severity == "warning" and "no retransmission" in finding.message
+    assert finding.source.endswith("src/transport/net_ib/connect.cc#L16")
+    assert pairs(check_env({"NCCL_IB_RETRY_CNT": "7"})) == {("info", "NCCL_IB_RETRY_CNT")}
+    timeout = next(f for f in check_env({"NCCL_IB_TIMEOUT": "1", "NCCL_IB_RETRY_CNT": "0"})
+                   if f.variable == "NCCL_IB_TIMEOUT")
+    assert "no retry" in timeout.message and "x 7 retries" not in timeout.message

@@ -187,6 +187,36 @@ def test_inline_yaml_env_and_top_level_keys():
                           "NCCL_MIN_NCHANNELS": "4", "NCCL_IB_TIMEOUT": "22"}
 
 
+def test_log_output_in_key_value_form_is_not_an_env_map():
+    """PyTorch's ProcessGroupNCCL logs its options as 'KEY: value': one per line in older
+    releases, comma-separated in recent ones. Next to a key no variable has (TIMEOUT(ms)) or one
+    it logs but nobody reads (USE_HIGH_PRIORITY_STREAM), such lines are output."""
+    old_log = ("```\nNCCL_ASYNC_ERROR_HANDLING: 0\nNCCL_BLOCKING_WAIT: 0\nTIMEOUT(ms): 1800000\n"
+               "USE_HIGH_PRIORITY_STREAM: 0\nNCCL_DEBUG: N/A\n```\n")
+    parsed = parse_env(old_log)
+    assert parsed.env == {} and not parsed.unparsed
+    assert [n for n, note in parsed.notes if "log output" in note and "TIMEOUT(ms)" in note] == [2]
+    one_line = "NCCL_ASYNC_ERROR_HANDLING: 1, NCCL_DESYNC_DEBUG: 0, TIMEOUT(ms): 600000\n"
+    assert parse_env(one_line).env == {}
+    unit_less = "NCCL_DEBUG: UNSET\nUSE_HIGH_PRIORITY_STREAM: 0\n"
+    assert parse_env(unit_less).env == {}
+    # a map of settings beside it, after a blank line, is still read; so is a plain one
+    assert parse_env("NCCL_DEBUG: INFO\nNCCL_IB_TIMEOUT: 22\n\n" + old_log).env == {
+        "NCCL_DEBUG": "INFO", "NCCL_IB_TIMEOUT": "22"}
+    assert parse_env("NCCL_DEBUG: INFO\nMASTER_PORT: 29500\nnvidia_visible: all\n").env == {
+        "NCCL_DEBUG": "INFO", "MASTER_PORT": "29500"}
+
+
+def test_render_keeps_a_computed_value_and_an_expanding_tilde_as_the_shell_had_them():
+    env = {"MASTER_ADDR": "`hostname`", "NCCL_TOPO_FILE": "~/topo dir/t.xml",
+           "NCCL_DEBUG_FILE": "~/nccl.%h.log"}
+    block = render_exports(env, [], tilde={"NCCL_TOPO_FILE"})
+    assert 'export MASTER_ADDR="`hostname`"' in block
+    assert "export NCCL_TOPO_FILE=~/'topo dir/t.xml'" in block
+    assert "export NCCL_DEBUG_FILE='~/nccl.%h.log'" in block  # it kept its '~': still does
+    assert parse_env(block).env == env and parse_env(block).tilde == {"NCCL_TOPO_FILE"}
+
+
 # --- files as pasted --------------------------------------------------------------------------
 
 def test_dotenv_file():

@@ -9,7 +9,14 @@ import time
 import pytest
 
 from labkit.nccl.paste import ParsedEnv, parse_env
-from labkit.nccl.shellwords import Redirect, Word, split_words, substitutions
+from labkit.nccl.shellwords import (
+    Redirect,
+    Word,
+    computed,
+    split_words,
+    substitutions,
+    tilde_expands,
+)
 
 
 def shapes(parsed: ParsedEnv) -> dict[str, str]:
@@ -152,3 +159,79 @@ def test_many_literals_stay_fast():
     start = time.perf_counter()
     parse_env(text + '\nenv = {"NCCL_DEBUG": "WARN"}')
     assert time.perf_counter() - start < 10
+
+
+# --- what the shell computes: substitutions and ~ ---------------------------------------------
+
+def test_a_backquoted_command_is_a_substitution_like_dollar_parens():
+    parsed = parse_env("MASTER_ADDR=`hostname` mpiexec -np 2 ./launcher.sh python t.py\n"
+                       'export NCCL_SOCKET_IFNAME="`ip -o route get 1 | cut -d\\  -f5`"\n')
+    assert parsed.env == {"MASTER_ADDR": "`hostname`",
+                          "NCCL_SOCKET_IFNAME": "`ip -o route get 1 | cut -d\\  -f5`"}
+    assert computed("`hostname`") == computed("$(hostname -s)") == "a command substitution"
+    assert computed("$HOSTNAME") == computed("$((1 + 1))") == "a shell expansion"
+    assert computed("node`1") == computed("eth0") == ""
+
+
+@pytest.mark.parametrize("text,expands", [
+    ("export NCCL_TOPO_FILE=~/t.xml\n", True),
+    ("NCCL_TOPO_FILE=~/t.xml\n", True),
+    ("NCCL_TOPO_FILE=~user/t.xml ./run\n", True),
+    ("declare -x NCCL_TOPO_FILE=~/t.xml\n", True),
+    ("mpirun -np 2 -x NCCL_TOPO_FILE=~/t.xml ./run\n", True),  # bash: looks like an assignment
+    ("docker run -e NCCL_TOPO_FILE=~/t.xml img\n", True),
+    ("env NCCL_TOPO_FILE=~/t.xml ./run\n", True),
+    ("mpirun -genv NCCL_TOPO_FILE ~/t.xml ./run\n", True),  # a word that opens with ~
+    ("bash -c 'mpirun -x NCCL_TOPO_FILE=~/t.xml ./run'\n", True),
+    ('export NCCL_TOPO_FILE="~/t.xml"\n', False),
+    ("export NCCL_TOPO_FILE=\\~/t.xml\n", False),
+    ("#!/bin/sh\nmpirun -x NCCL_TOPO_FILE=~/t.xml ./run\n", False),  # POSIX mode: literal
+    ("sh -c 'mpirun -x NCCL_TOPO_FILE=~/t.xml ./run'\n", False),
+    ("#!/bin/sh\nexport NCCL_TOPO_FILE=~/t.xml\n", True),
+    ("srun --export=ALL,NCCL_TOPO_FILE=~/t.xml ./run\n", False),  # not an assignment word
+    ("docker run --env=NCCL_TOPO_FILE=~/t.xml img\n", False),
+    ("#SBATCH --export=NCCL_TOPO_FILE=~/t.xml\n", False),  # sbatch reads it, not a shell
+    ("ENV NCCL_TOPO_FILE=~/t.xml\n", False),  # a Dockerfile
+    ("env:\n  NCCL_TOPO_FILE: ~/t.xml\n", False),  # YAML
+    ('os.environ["NCCL_TOPO_FILE"] = "~/t.xml"\n', False),
+])
+def test_the_shell_expands_a_tilde_only_where_bash_does(text, expands):
+    parsed = parse_env(text)
+    assert parsed.env["NCCL_TOPO_FILE"] == "~/t.xml" or parsed.env["NCCL_TOPO_FILE"] == \
+        "~user/t.xml"  # values stay as written
+    assert ("NCCL_TOPO_FILE" in parsed.tilde) is expands
+    assert parsed.job["tilde"] == parsed.tilde
+
+
+def test_tilde_prefix_is_unquoted_and_ends_at_a_slash():
+    assert tilde_expands("~") and tilde_expands("~/x") and tilde_expands("~me/x")
+    assert not tilde_expands('"~/x"') and not tilde_expands("\\~/x")
+    assert not tilde_expands("~'me'/x") and not tilde_expands("/x/~")
+
+
+# --- how many nodes the paste runs on ---------------------------------------------------------
+
+@pytest.mark.parametrize("text,nodes", [
+    ("#!/bin/bash\n#SBATCH --nodes 2  # two of them\nsrun python train.py\n", 2),
+    ("#SBATCH -N4\nsrun ./run\n", 4),
+    ("##SBATCH --nodes 4\n#SBATCH --nodes=1\n", 1),  # a disabled directive
+    ("# srun -N 8 ./run\nexport NCCL_DEBUG=WARN\n", None),  # a comment
+    ("srun -N2 --ntasks-per-node=1 bash run.sh\n", 2),
+    ("srun -N 1 mpirun -N 4 ./a\n", 1),  # mpirun's -N is ranks per node
+    ("torchrun --nnodes=1:4 --nproc-per-node=8 train.py\n", 4),
+    ("NNODES=2\ntorchrun --nnodes $NNODES train.py\n", 2),
+    ("torchrun --nnodes=$SLURM_NNODES train.py\n", None),
+    ("python -m torch.distributed.run --nnodes 3 t.py\n", 3),
+    ("deepspeed --num_nodes 2 --num_gpus 8 t.py\n", 2),
+    ("accelerate launch --num_machines 2 t.py\n", 2),
+    ("mpirun -np 16 -H node1:8,node2:8 ./all_reduce_perf\n", 2),
+    ("mpirun -np 16 --hostfile hosts ./all_reduce_perf\n", None),
+    ("#PBS -l select=2:ncpus=64:ngpus=4\n", 2),
+    ("#PBS -l select=1:host=a+1:host=b\n", 2),
+    ("#PBS -l nodes=3:ppn=8\n", 3),
+    ("#BSUB -nnodes 2\n", 2),
+    ("#FLUX: -N 2\n", 2),
+    ("export NCCL_SOCKET_IFNAME=lo\npython train.py --nodes 2\n", None),  # the script's own
+])
+def test_the_paste_says_how_many_nodes_a_launch_spans(text, nodes):
+    assert parse_env(text).nodes == nodes

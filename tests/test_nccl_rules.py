@@ -203,3 +203,41 @@ def test_messages_say_only_what_applies_to_the_value():
     everything = {"NCCL_P2P_LEVEL": "5", "MASTER_ADDR": "node0", "FI_PROVIDER": "efa",
                   "NCCL_ALGO": "Tree", "NCCL_LAUNCH_MODE": "GROUP", "NCCL_IB_TIMEOUT": "3"}
     assert not [f for f in check_env(everything) if "guide" in (f.message + f.fix).lower()]
+
+
+# --- what the paste shows of the job: the node count ------------------------------------------
+
+@pytest.mark.parametrize("env", [{"NCCL_SOCKET_IFNAME": "lo"}, {"NCCL_SOCKET_IFNAME": "=lo"},
+                                 {"GLOO_SOCKET_IFNAME": "lo"}])
+def test_loopback_alone_on_several_nodes_is_a_warning(env):
+    (name, _), = env.items()
+    finding = found(env, "warning", name, "only the loopback interface", nodes=2)
+    assert "2 nodes" in finding.message
+    assert "nccl/issues/286" in finding.source or "rfc1122" in finding.source
+    for nodes in (None, 1):  # one node, or a count the paste does not give: nothing new
+        assert not [f for f in check_env(env, nodes=nodes) if f.severity != "info"]
+
+
+def test_loopback_left_by_an_exclude_list_on_a_known_host_on_several_nodes():
+    env = {"NCCL_SOCKET_IFNAME": "^eth"}
+    found(env, "warning", "NCCL_SOCKET_IFNAME", "only the loopback", nodes=4,
+          interfaces={"lo", "eth0"})
+    assert not [f for f in check_env(env, nodes=4, interfaces={"lo", "eth0", "ib0"})
+                if "only the loopback" in f.message]
+    assert not [f for f in check_env({"NCCL_SOCKET_IFNAME": "lo,eth0"}, nodes=2)
+                if f.severity != "info"]
+
+
+def test_loopback_master_on_several_nodes():
+    found({"MASTER_ADDR": "127.0.0.1"}, "warning", "MASTER_ADDR", "2 nodes", nodes=2)
+    assert not [f for f in check_env({"MASTER_ADDR": "localhost"}, nodes=1)
+                if f.severity != "info"]
+
+
+def test_the_paste_carries_its_node_count_to_the_check():
+    from labkit.nccl import parse_env
+
+    parsed = parse_env("#!/bin/bash\n#SBATCH --nodes 2\nexport NCCL_SOCKET_IFNAME=lo\n"
+                       "srun bash ./train.sh\n")
+    assert parsed.job["nodes"] == 2
+    found(parsed.env, "warning", "NCCL_SOCKET_IFNAME", "2 nodes", **parsed.job)

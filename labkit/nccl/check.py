@@ -3,11 +3,15 @@
     findings = check_env({"NCCL_P2P_LEVEL": "5"})                       # any host, newest NCCL
     findings = check_env(env, nccl_version="2.21.5", host=Host.local())  # this machine
     findings = check_env(env, interfaces={"lo", "eth0"})                 # nodes the caller knows
+    findings = check_env(parsed.env, **parsed.job)                       # what a paste shows
 
 Per variable: empty values, the target release (not read any more / not yet), deprecated names,
 no-op values, debug-only variables (or a plugin's documented setting), then the value itself
 (``values``, ``torch_values``, ``hostfacts``); then the rules across variables (``rules``). An
-error means wrong on any host; facts of a node are checked only when ``host`` describes it.
+error means wrong on any host; facts of a node are checked only when ``host`` describes it. A
+value the shell computes (``$VAR``, ``$(cmd)``, backquotes) is not checked as a literal, and a
+placeholder in angle brackets (``<IP_of_node_1>``, from a template or a thread) is a warning
+that says it is still to be filled in.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from labkit.nccl.findings import Edit, Finding, info, warning
 from labkit.nccl.names import unknown_variable
 from labkit.nccl.registry import ALIASES, REGISTRY, Variable, source_default
 from labkit.nccl.rules import RULES
-from labkit.nccl.syntax import nccl_int, parse_int
+from labkit.nccl.shellwords import computed
+from labkit.nccl.syntax import PLACEHOLDER, nccl_int, parse_int
 from labkit.nccl.versions import NcclTarget, local_nccl_target
 
 __all__ = ["Host", "check_env", "local_hcas", "local_interfaces", "options_from_args"]
@@ -58,21 +63,24 @@ PYTORCH_RENAME = ("renamed to {new}; PyTorch still reads the old name and warns 
 def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None = None,
               host: Host | None = None, interfaces: Iterable[str] | None = None,
               hcas: Iterable[str] | None = None,
-              runs: frozenset[str] | None = None) -> list[Finding]:
+              runs: frozenset[str] | None = None, nodes: int | None = None,
+              tilde: Iterable[str] = ()) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
     ``host``: the node the config runs on, when known (``Host.local()`` for this machine);
     ``interfaces`` / ``hcas`` describe one without files. Without either, node facts
-    (interfaces, HCAs, files) are reported as infos to check on the node. ``runs``: the
-    collectives the job is known to run only (a pasted benchmark: ``ParsedEnv.runs``).
+    (interfaces, HCAs, files) are reported as infos to check on the node. What a paste shows
+    of the job (``ParsedEnv.job``): ``runs``, the collectives the job is known to run only (a
+    pasted benchmark); ``nodes``, how many nodes it spans; ``tilde``, the variables whose
+    opening ``~`` the shell expands (else a ``~`` reaches the process as it is).
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
     target = nccl_version if isinstance(nccl_version, NcclTarget) else \
         NcclTarget.newest() if nccl_version is None else \
         NcclTarget.parse(nccl_version, "as asked")
-    ctx = Context(env, target, host, detect_plugins(env), runs)
+    ctx = Context(env, target, host, detect_plugins(env), runs, nodes, frozenset(tilde))
     findings: list[Finding] = []
     for name, value in env.items():
         var = REGISTRY.get(name)
@@ -117,9 +125,16 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if version is not None:
         return version
     found = _deprecation(var, value, ctx)
-    if "$" in value:
-        return found + [info(var.name, f"'{value}' is a shell expansion: its value is not "
-                             "checked here")]
+    shell = computed(value)
+    if shell:
+        return found + [info(var.name, f"'{value}' is {shell}: its value is not checked here")]
+    hole = PLACEHOLDER.search(value)
+    if hole:
+        return found + [warning(var.name, f"'{hole.group()}' is a placeholder (text in angle "
+                                "brackets, as templates and examples write what to fill in), not "
+                                "a value: replace it before running; as written the process gets "
+                                "the brackets literally", f"{var.name}: {var.values}",
+                                source=var.link)]
     if _is_default(var, value, ctx):
         only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" and value != "1" \
             else ""

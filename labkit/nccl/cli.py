@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         env = {k: v for k, v in os.environ.items() if is_relevant(k)}
     findings = check_env(env, **options_from_args(args),
-                         runs=parsed.runs if parsed is not None else None)
+                         **(parsed.job if parsed is not None else {}))
     report = json.dumps([f.to_dict() for f in findings], indent=2) if args.json \
         else format_table(findings)
     if parsed is not None:  # what was read and what was not; stdout stays a block or JSON list
@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr if args.fix or args.json else sys.stdout)
     if args.fix:
         print(report, file=sys.stderr)
-        print(render_exports(env, findings), end="")
+        print(render_exports(env, findings, parsed.tilde if parsed is not None else ()),
+              end="")
     else:
         print(report)
     return 1 if any(f.severity == "error" for f in findings) else 0

@@ -9,6 +9,13 @@ inside a command: ``bash -c '...'``, ``$(...)`` substitutions, and quoted string
 statements (``cmd = "export A=1; export B=2"``). ``echo``/``printf``/``tee`` into NCCL's config
 files are read by ``labkit.nccl.ncclconf``. ``slurm_export`` splits ``--export`` lists as Slurm's
 ``_find_quote_token`` does.
+
+``Found.tilde`` says whether the shell replaces a ``~`` that opens the value with a home
+directory (bash manual, "Tilde Expansion"): ``SHELL_TILDE`` where every shell does (an
+assignment, an argument of ``export``/``declare``/``readonly``/``local``, a word that opens with
+``~``), ``BASH_TILDE`` where bash does outside POSIX mode (an argument that looks like an
+assignment: ``mpirun -x NAME=~/x``, ``docker run -e NAME=~/x``, ``env NAME=~/x``; ``sh`` and
+``zsh`` keep the ``~``). Quoted (``"~/x"``), or after ``--export=``/``--env=``, it stays literal.
 """
 
 from __future__ import annotations
@@ -17,7 +24,15 @@ import re
 from typing import NamedTuple
 
 from labkit.nccl import ncclconf
-from labkit.nccl.shellwords import RAW_ASSIGNMENT, Redirect, Token, Word, split_words, substitutions
+from labkit.nccl.shellwords import (
+    RAW_ASSIGNMENT,
+    Redirect,
+    Token,
+    Word,
+    split_words,
+    substitutions,
+    tilde_expands,
+)
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")  # a name given alone (mpirun -x NAME): env style only
@@ -37,17 +52,27 @@ _SCRIPT = re.compile(r"\s*(?:export|env)\s+(?:-\S+\s+)*[A-Za-z_]\w*=|[\s\S]*?[;&
                      r"[A-Za-z_]\w*=")
 # ... or a launcher command held in a variable: cmd="${MPI} -np 2 -x NCCL_DEBUG=INFO ./run".
 _LAUNCH_OPTION = re.compile(r"(?:^|\s)(?:-x|-genv|-e|--env)\s+[A-Z_][A-Z0-9_]*=")
+SHELL_TILDE = "shell"  # every shell expands the ~ (an assignment, a word that opens with it)
+BASH_TILDE = "bash"  # bash outside POSIX mode expands it (an argument that looks like NAME=~/x)
 
 
 class Found(NamedTuple):
     """A variable one command sets: ``value`` None when only named (``mpirun -x NAME``: the value
     comes from elsewhere) or, with shape "unset", removed; ``file``: the config file it was
-    written to (shape "nccl.conf")."""
+    written to (shape "nccl.conf"); ``tilde``: which shells expand a ``~`` opening the value
+    (``SHELL_TILDE``, ``BASH_TILDE``, or "" when it stays literal)."""
 
     name: str
     value: str | None
     shape: str
     file: str = ""
+    tilde: str = ""
+
+
+def _tilde(word: Word, kind: str) -> str:
+    """``kind`` when the shell expands a ``~`` opening the value of the assignment-like
+    ``word`` (``NAME=~/x`` as written), else ""."""
+    return kind if tilde_expands(word.raw.partition("=")[2]) else ""
 
 
 def read_commands(tokens: list[Token], depth: int = 0) -> tuple[list[Found], list[str]]:
@@ -83,7 +108,7 @@ def _read_command(words: list[Word], redirects: list[Redirect], found: list[Foun
     shape = "K=V" if i == len(words) else "prefix"
     for word in words[first:i]:
         name, _, value = word.value.partition("=")
-        found.append(Found(name.rstrip("+"), value, shape))
+        found.append(Found(name.rstrip("+"), value, shape, tilde=_tilde(word, SHELL_TILDE)))
         _read_inner(word, found, notes, depth)
     if i == len(words):
         return None
@@ -100,8 +125,9 @@ def _read_command(words: list[Word], redirects: list[Redirect], found: list[Foun
     elif command == "unset":
         found += [Found(w.value, None, "unset") for w in words[i + 1:] if NAME.fullmatch(w.value)]
     elif command == "setenv" and len(words) > i + 1 and NAME.fullmatch(words[i + 1].value):
+        tilde = SHELL_TILDE if len(words) > i + 2 and tilde_expands(words[i + 2].raw) else ""
         found.append(Found(words[i + 1].value, " ".join(w.value for w in words[i + 2:]),
-                           "setenv"))
+                           "setenv", tilde=tilde))
     else:
         _read_launchers(words[i:], found, notes, depth)
     return printed
@@ -145,10 +171,12 @@ def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:
     if command in ("ENV", "%env") and args and "=" not in args[0].value:
         found.append(Found(args[0].value, " ".join(w.value for w in args[1:]), shape))
         return
+    literal = command in ("ENV", "%env")  # Docker and IPython expand no ~
     for word in args:
         match = ASSIGNMENT.fullmatch(word.value)
         if match:
-            found.append(Found(match.group(1), match.group(2), shape))
+            found.append(Found(match.group(1), match.group(2), shape,
+                               tilde="" if literal else _tilde(word, SHELL_TILDE)))
         elif exports and NAME.fullmatch(word.value):
             found.append(Found(word.value, None, shape))
 
@@ -173,7 +201,8 @@ def _read_launchers(words: list[Word], found: list[Found], notes: list[str], dep
         elif base in _SHELLS and j + 2 < len(words) and re.fullmatch(r"-\w*c\w*", following or ""):
             if depth < 3:
                 inner, inner_notes = read_script(words[j + 2].value, depth + 1)
-                found += inner
+                found += inner if base == "bash" else [  # sh, zsh: no ~ after NAME= in arguments
+                    f._replace(tilde="") if f.tilde == BASH_TILDE else f for f in inner]
                 notes += inner_notes
             j += 3
             continue
@@ -181,35 +210,44 @@ def _read_launchers(words: list[Word], found: list[Found], notes: list[str], dep
             j += _mpi_option(value, words[j + 1:j + 3], found)
         elif (scope in _CONTAINERS or scope == "fragment") and (
                 value.startswith(("-e", "--env=")) or value == "--env"):
+            tilde = ""
             if value in ("-e", "--env"):
+                if following is not None:
+                    tilde = _tilde(words[j + 1], BASH_TILDE)
                 text, j = following, j + 1
             else:  # --env=A=1, -eA=1, -e=A=1
                 text = value[6:] if value.startswith("--env=") else value[2:].removeprefix("=")
             if text is not None:
-                _name_or_assignment(text, "docker -e", found)
+                _name_or_assignment(text, "docker -e", found, tilde=tilde)
         elif scope in _APPTAINER and (value == "--env" or value.startswith("--env=")):
             text = following if value == "--env" else value[6:]
+            tilde = _tilde(words[j + 1], BASH_TILDE) if value == "--env" and following else ""
             j += value == "--env"
-            for part in split_list(text or ""):
-                _name_or_assignment(part, "apptainer --env", found, named=False)
+            for n, part in enumerate(split_list(text or "")):  # bash expands after the first =
+                _name_or_assignment(part, "apptainer --env", found, named=False,
+                                    tilde="" if n else tilde)
         elif scope in _SLURM and (value == "--export" or value.startswith("--export=")):
             text = following if value == "--export" else value[9:]
+            tilde = _tilde(words[j + 1], BASH_TILDE) if value == "--export" and following else ""
             j += value == "--export"
-            notes += slurm_export(text or "", found)
+            notes += slurm_export(text or "", found, tilde)
         j += 1
 
 
 def _mpi_option(option: str, after: list[Word], found: list[Found]) -> int:
     """How many words after ``option`` it takes: ``-x NAME[=VALUE]``, ``-genv NAME VALUE``."""
     if option == "-x" and after:
-        _name_or_assignment(after[0].value, "mpirun -x", found)
+        _name_or_assignment(after[0].value, "mpirun -x", found,
+                            tilde=_tilde(after[0], BASH_TILDE))
         return 1
     if option in ("-genv", "-env") and after:
         if "=" in after[0].value:
-            _name_or_assignment(after[0].value, "mpirun -genv", found)
+            _name_or_assignment(after[0].value, "mpirun -genv", found,
+                                tilde=_tilde(after[0], BASH_TILDE))
             return 1
         if len(after) == 2 and NAME.fullmatch(after[0].value):
-            found.append(Found(after[0].value, after[1].value, "mpirun -genv"))
+            found.append(Found(after[0].value, after[1].value, "mpirun -genv",
+                               tilde=SHELL_TILDE if tilde_expands(after[1].raw) else ""))
             return 2
     if option == "-genvlist" and after:
         for part in after[0].value.split(","):
@@ -224,7 +262,7 @@ def _read_env_words(words: list[Word], j: int, command: str, found: list[Found])
         value = words[j].value
         if RAW_ASSIGNMENT.match(words[j].raw):
             name, _, rest = value.partition("=")
-            found.append(Found(name, rest, command))
+            found.append(Found(name, rest, command, tilde=_tilde(words[j], BASH_TILDE)))
         elif command == "env" and value in ("-u", "--unset") and j + 1 < len(words):
             found.append(Found(words[j + 1].value, None, "unset"))
             j += 1
@@ -236,11 +274,12 @@ def _read_env_words(words: list[Word], j: int, command: str, found: list[Found])
     return j
 
 
-def _name_or_assignment(text: str, shape: str, found: list[Found], named: bool = True) -> None:
+def _name_or_assignment(text: str, shape: str, found: list[Found], named: bool = True,
+                        tilde: str = "") -> None:
     """``NAME=VALUE`` sets, an env-style ``NAME`` alone passes the caller's value on."""
     match = ASSIGNMENT.fullmatch(text)
     if match:
-        found.append(Found(match.group(1), match.group(2), shape))
+        found.append(Found(match.group(1), match.group(2), shape, tilde=tilde))
     elif named and ENV_NAME.fullmatch(text):
         found.append(Found(text, None, shape))
 
@@ -269,15 +308,17 @@ def _unquote(text: str) -> str:
     return text
 
 
-def slurm_export(text: str, found: list[Found]) -> list[str]:
-    """``--export=ALL,A=1,B``: ``A`` set, ``B`` passed on from the submitting shell."""
+def slurm_export(text: str, found: list[Found], tilde: str = "") -> list[str]:
+    """``--export=ALL,A=1,B``: ``A`` set, ``B`` passed on from the submitting shell. ``tilde``
+    applies to the first part only (``--export A=~/x,B=~/y``: bash expands after the first =)."""
     notes = []
-    for part in split_list(text):
+    for n, part in enumerate(split_list(text)):
         if part.upper() in ("", "ALL", "NONE", "NIL"):
             continue
         match = ASSIGNMENT.fullmatch(part)
         if match:
-            found.append(Found(match.group(1), match.group(2), "srun --export"))
+            found.append(Found(match.group(1), match.group(2), "srun --export",
+                               tilde="" if n else tilde))
         elif ENV_NAME.fullmatch(part):
             found.append(Found(part, None, "srun --export"))
         else:

@@ -94,6 +94,8 @@ class Context:
     host: Host | None = None
     plugins: tuple[UsedPlugin, ...] = ()
     runs: frozenset[str] | None = None  # the collectives a pasted benchmark runs (ParsedEnv.runs)
+    nodes: int | None = None  # how many nodes the job spans, when the paste says (ParsedEnv.nodes)
+    tilde: frozenset[str] = frozenset()  # values whose opening "~" the shell expands
 
     @property
     def rccl(self) -> bool:

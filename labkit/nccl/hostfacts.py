@@ -4,24 +4,46 @@ Syntax is checked everywhere (NCCL ``parseStringList`` / ``matchIf`` in ``src/mi
 entries are prefixes compared with ``strncmp``, ``=`` makes them exact, ``^`` excludes; there
 are no wildcards). Whether the names exist is a fact of the node: it is checked only when the
 host is known (``Context.host``: this machine for the live environment or ``--this-host``, or
-the nodes a caller describes); otherwise an info says how to check it there.
+the nodes a caller describes); otherwise an info says how to check it there. One thing is known
+without the host: the loopback interface does not reach other nodes, so ``lo`` alone in a job
+that the paste runs on several nodes (``Context.nodes``) is a warning.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from labkit.nccl.context import Context
 from labkit.nccl.findings import Edit, Finding, error, info, warning
+from labkit.nccl.shellwords import computed
 from labkit.nccl.syntax import NameList, parse_name_list
-from labkit.nccl.variable import NCCL_GITHUB, Variable
+from labkit.nccl.variable import NCCL_DOC, NCCL_GITHUB, Variable
 
 UTILS = NCCL_GITHUB + "src/misc/utils.cc"
 FIND_INTERFACES = NCCL_GITHUB + "src/misc/socket.cc#L190-L229"
 XML_CC = NCCL_GITHUB + "src/graph/xml.cc#L409-L422"
 MAX_TOPO_BYTES = 8 << 20
+LOOPBACK_ISSUE = "https://github.com/NVIDIA/nccl/issues/286"
+LOOPBACK_RFC = "https://www.rfc-editor.org/rfc/rfc1122#section-3.2.1.3"
+TILDE_EXPANSION = "https://www.gnu.org/software/bash/manual/bash.html#Tilde-Expansion"
+# Where NCCL says, or shows in its source, that it takes a path as given: '~' stays a '~'.
+OPENED_AS_GIVEN = {
+    "NCCL_DEBUG_FILE": ("NCCL's description of NCCL_DEBUG_FILE says 'This does not accept the ~ "
+                        "character as part of the path' (src/debug.cc)",
+                        NCCL_GITHUB + "src/debug.cc#L103-L109"),
+    "NCCL_CONF_FILE": ("NCCL's docs say of NCCL_CONF_FILE 'This does not accept the ~ character "
+                       "as part of the path', and setEnvFile (src/misc/param.cc) passes it to "
+                       "fopen() as it is", f"{NCCL_DOC}#nccl-conf-file"),
+    "NCCL_TOPO_FILE": ("ncclTopoGetXmlFromFile (src/graph/xml.cc) passes the path to fopen() as "
+                       "it is, and fopen() expands nothing",
+                       NCCL_GITHUB + "src/graph/xml.cc#L409-L417"),
+    "NCCL_TOPO_DUMP_FILE": ("ncclTopoDumpXmlToFile (src/graph/xml.cc) passes the path to fopen() "
+                            "as it is, and fopen() expands nothing",
+                            NCCL_GITHUB + "src/graph/xml.cc#L295-L300"),
+}
 ON_THE_NODE = ("run `labkit nccl check` on the node (or add --this-host when this file is for "
                "this machine)")
 
@@ -61,6 +83,10 @@ def socket_ifname(var: Variable, value: str, ctx: Context) -> list[Finding]:
     interfaces = ctx.host.interfaces if ctx.host else None
     if parsed.exclude and (interfaces is None or "lo" in interfaces):
         found += _loopback_left(var, value, parsed)
+    only_lo = parsed.selected(set(interfaces)) == ["lo"] if interfaces is not None else \
+        not parsed.exclude and all(name == "lo" for name, _ in parsed.entries)
+    if only_lo and (ctx.nodes or 0) > 1:
+        return found + [loopback_across_nodes(var, value, ctx.nodes or 0)]
     if interfaces is None:
         prefix = "" if parsed.exact or parsed.exclude else (
             " As a prefix it also selects longer names that start the same (eth0: eth0.5).")
@@ -95,6 +121,24 @@ def socket_ifname(var: Variable, value: str, ctx: Context) -> list[Finding]:
                           "host", "name the cluster network interface for multi-node jobs",
                           source=UTILS))
     return found
+
+
+def loopback_across_nodes(var: Variable, value: str, nodes: int) -> Finding:
+    """``lo`` alone in a job the paste runs on several nodes: a warning, since what spans the
+    nodes (the training itself, or only independent jobs per node) is not always in the paste."""
+    if var.name == "GLOO_SOCKET_IFNAME":
+        what, source = ("gloo binds to lo and gives the other ranks its address, 127.0.0.1, "
+                        "which never leaves a host (RFC 1122, 3.2.1.3)"), LOOPBACK_RFC
+    else:
+        what, source = ("NCCL uses only the interfaces NCCL_SOCKET_IFNAME selects for bootstrap "
+                        "and socket traffic, so ranks on other nodes are told to connect to "
+                        "127.0.0.1; "
+                        "NCCL's maintainer: 'lo is loopback so you won't be able to use it "
+                        "between two nodes' (NVIDIA/nccl#286)"), LOOPBACK_ISSUE
+    return warning(var.name, f"'{value}' selects only the loopback interface, and the paste "
+                   f"runs the job on {nodes} nodes: {what}. Fine only while all ranks that talk "
+                   "to each other share one node", "name the interface the nodes reach each "
+                   f"other on (e.g. {var.name}=eth0), or leave it unset", source=source)
 
 
 def _loopback_left(var: Variable, value: str, parsed: NameList) -> list[Finding]:
@@ -164,24 +208,42 @@ def ib_hca(var: Variable, value: str, ctx: Context) -> list[Finding]:
     return found
 
 
-def path_syntax(var: Variable, value: str) -> list[Finding]:
-    """NCCL reads paths as given: its docs say '~' is not expanded."""
-    if var.owner == "nccl" and value.startswith("~"):
-        return [error(var.name, "NCCL does not expand '~' (its docs)", "write an absolute path",
-                      source=var.doc)]
-    return []
+def path_syntax(var: Variable, value: str, ctx: Context) -> list[Finding]:
+    """A path that opens with '~': the shell expands it in an unquoted assignment
+    (``Context.tilde``); otherwise it reaches NCCL as it is, and NCCL opens it as given."""
+    if var.owner != "nccl" or not value.startswith("~"):
+        return []
+    if var.name in ctx.tilde:
+        return [info(var.name, f"the shell expands the '~' in '{value}' (unquoted, in an "
+                     "assignment) to the home directory of the user it runs as, before NCCL sees "
+                     "the value; a launcher passes that path on to every node as it is",
+                     source=TILDE_EXPANSION)]
+    why, source = OPENED_AS_GIVEN.get(var.name, (
+        "NCCL passes its paths to fopen() as they are", var.link))
+    home = value.split("/", 1)[0]
+    return [error(var.name, f"'{value}' reaches NCCL with its '~' (quoted, or not set by a "
+                  f"shell), and NCCL does not expand it: {why}. It names a directory literally "
+                  f"called '{home}' under the working directory, not a home directory",
+                  "write an absolute path (or an unquoted ~ in a shell assignment: export "
+                  f"{var.name}=~/...)", source=source)]
+
+
+def _local_path(var: Variable, value: str, ctx: Context) -> str:
+    """The path the process opens: the shell has expanded a leading '~' (``Context.tilde``)."""
+    return os.path.expanduser(value) if var.name in ctx.tilde else value
 
 
 def topo_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
     """NCCL_TOPO_FILE: a missing file is ignored with an INFO line; bad XML fails init."""
-    found = path_syntax(var, value)
-    if found:
+    found = path_syntax(var, value, ctx)
+    if any(f.severity == "error" for f in found):
         return found
     if ctx.host is None or not ctx.host.files:
-        return [info(var.name, f"{value} is a file on the node: not checked here (NCCL ignores "
-                     "a file it cannot open, and fails on one that is not valid XML)",
-                     ON_THE_NODE, source=XML_CC)]
-    path, comment = Path(value), Edit("comment", reason="file missing or unreadable here")
+        return found + [info(var.name, f"{value} is a file on the node: not checked here (NCCL "
+                             "ignores a file it cannot open, and fails on one that is not valid "
+                             "XML)", ON_THE_NODE, source=XML_CC)]
+    path = Path(_local_path(var, value, ctx))
+    comment = Edit("comment", reason="file missing or unreadable here")
     if not path.is_file():
         return [warning(var.name, f"{value} does not exist here: NCCL does not fail, it logs "
                         "'Could not open XML topology file' and detects the topology itself, so "
@@ -207,10 +269,11 @@ def topo_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
 
 def output_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
     """Files NCCL/PyTorch write: '~', a missing directory (known host), one file per process."""
-    found = path_syntax(var, value)
-    parent = Path(value).parent
-    if not found and ctx.host is not None and ctx.host.files and "%" not in str(parent) \
-            and "$" not in value and not parent.is_dir():
+    found = path_syntax(var, value, ctx)
+    parent = Path(_local_path(var, value, ctx)).parent
+    literal_tilde = any(f.severity == "error" for f in found)
+    if not literal_tilde and ctx.host is not None and ctx.host.files and "%" not in str(parent) \
+            and not computed(value) and not parent.is_dir():
         found.append(warning(var.name, f"directory {parent} does not exist here: the file cannot "
                              "be created", f"mkdir -p {parent}", source=var.link))
     if var.name == "NCCL_DEBUG_FILE" and "%p" not in value and not value.startswith("/dev/"):
@@ -228,6 +291,8 @@ def gloo_ifname(var: Variable, value: str, ctx: Context) -> list[Finding]:
                       "GLOO_SOCKET_IFNAME=eth0 (or eth0,eth1)", source=var.doc)]
     found = []
     interfaces = ctx.host.interfaces if ctx.host else None
+    if names == ["lo"] and (ctx.nodes or 0) > 1:
+        return [loopback_across_nodes(var, value, ctx.nodes or 0)]
     if interfaces is None:
         found.append(info(var.name, f"'{value}' names interfaces of the node: not checked "
                           "against this machine", ON_THE_NODE, source=var.doc))

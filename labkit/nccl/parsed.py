@@ -7,6 +7,11 @@ keeps a variable the environment already has, the user's file (``$NCCL_CONF_FILE
 ``~/.nccl.conf``) is read before ``/etc/nccl.conf``, and within a file the first line wins. A
 file NCCL does not read (``~/.nccl.conf`` while ``NCCL_CONF_FILE`` names another) is left out,
 with a note; one it reads only if ``NCCL_CONF_FILE`` names it is kept, with a note.
+
+Besides the variables, a paste says a little about the job, which ``check_env`` can use
+(``ParsedEnv.job``): the collectives it runs when it is only a benchmark (``runs``), on how many
+nodes it runs when a launcher or scheduler says so (``nodes``), and which values open with a
+``~`` that the shell expands (``tilde``: the process gets a home directory, not a ``~``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Assignment:
     shape: str  # "export", "mpirun -x", "docker -e", "yaml env", "nccl.conf", ...
     raw: str
     file: str = ""
+    tilde: bool = False  # the shell replaces a "~" opening the value with a home directory
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ class ParsedEnv:
     runs: frozenset[str] | None = None
     """The collectives the paste's commands run when they are only nccl-tests style benchmarks
     (``all_reduce_perf``: {"AllReduce"}); None when a job of any other kind may run."""
+    nodes: int | None = None
+    """The most nodes a launch in the paste spans, where a scheduler directive or launcher
+    option says (``#SBATCH --nodes 2``, ``srun -N2``, ``torchrun --nnodes=2``, ``mpirun -H
+    a,b``): see ``node_count``; None when nothing says."""
+    tilde: frozenset[str] = frozenset()
+    """Variables whose value opens with a ``~`` that the shell expands (an unquoted assignment,
+    ``export``, ``mpirun -x NAME=~/x`` in bash): the process sees a home directory there."""
+
+    @property
+    def job(self) -> dict[str, object]:
+        """What the paste says about the job, as ``check_env`` keywords (``runs``, ``nodes``,
+        ``tilde``)."""
+        return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde}
 
     @property
     def count(self) -> int:
@@ -96,6 +115,7 @@ def merge(assignments: list[Assignment], unparsed: list[tuple[int, str]],
             env[a.name] = a.value
             named.pop(a.name, None)
             values.setdefault(a.name, []).append(a)
+    tilde = frozenset(name for name, sets in values.items() if name in env and sets[-1].tilde)
     notes = list(notes)
     for name, sets in values.items():
         if len({a.value for a in sets}) > 1:
@@ -111,7 +131,8 @@ def merge(assignments: list[Assignment], unparsed: list[tuple[int, str]],
             notes += _conf_into(env, named, name, read)
     first = {a.file: a.line for sets in conf.values() for a in reversed(sets)}
     notes += [(first[file], note) for file, (_, note) in unread.items()]
-    return ParsedEnv(env, assignments, list(named), unparsed, sorted(notes, key=lambda n: n[0]))
+    return ParsedEnv(env, assignments, list(named), unparsed, sorted(notes, key=lambda n: n[0]),
+                     tilde=tilde)
 
 
 def _conf_into(env: dict[str, str], named: dict[str, None], name: str,
@@ -153,3 +174,80 @@ def benchmarked_collectives(text: str) -> frozenset[str] | None:
     if not found or _OTHER_JOB.search(text):
         return None
     return frozenset(_COLLECTIVE[name] for name in found if name in _COLLECTIVE)
+
+
+# How many nodes a launch spans, by who says it: Slurm (and Flux) -N/--nodes, torchrun --nnodes,
+# deepspeed --num_nodes, accelerate --num_machines, mpirun's host list, PBS select=/nodes=, LSF
+# -nnodes. A count is a number or a $VARIABLE the paste sets to one.
+_COUNT = r"(\d+|\$\{?[A-Za-z_]\w*\}?)"
+_SLURM_NODES = re.compile(rf"(?:^|\s)(?:-N\s*|--nodes(?:=|\s+)){_COUNT}(?:-{_COUNT})?(?![\w.])")
+_LAUNCHER_NODES = {
+    "torchrun": re.compile(rf"\s--nnodes(?:=|\s+){_COUNT}(?::{_COUNT})?(?![\w.])"),
+    "deepspeed": re.compile(rf"\s--num[_-]nodes(?:=|\s+){_COUNT}(?![\w.])"),
+    "accelerate": re.compile(rf"\s--num[_-]machines(?:=|\s+){_COUNT}(?![\w.])"),
+}
+_HOSTS = re.compile(r"\s(?:-H|--host|-host|-hosts)(?:=|\s+)([^\s$`'\"]+)")
+_LAUNCHER = re.compile(r"(?<![\w.-])(?:[\w./-]*/)?(srun|salloc|sbatch|flux|mpirun|mpiexec|orterun|"
+                       r"torchrun|torch\.distributed\.(?:run|launch)|deepspeed|accelerate|python3?|"
+                       r"singularity|apptainer|docker|podman|bash|sh|jsrun)(?![\w-])")
+_PBS_SELECT = re.compile(r"\bselect=([^\s,]+)")  # select=2:ncpus=64, select=1:host=a+1:host=b
+_PBS_NODES = re.compile(r"\bnodes=(\d+)")  # Torque: nodes=2:ppn=8
+_LSF_NODES = re.compile(rf"\s-nnodes\s+{_COUNT}(?![\w.])")
+
+
+def node_count(text: str, env: dict[str, str]) -> int | None:
+    """What ``ParsedEnv.nodes`` holds: the most nodes any launch in ``text`` asks for (``#SBATCH
+    --nodes 2``, ``srun -N2``, ``torchrun --nnodes=1:4``, ``deepspeed --num_nodes 2``, ``mpirun
+    -H a,b``, ``#PBS -l select=2``, ``#BSUB -nnodes 2``, ``#FLUX: -N 2``), a ``$VARIABLE`` read
+    from ``env`` (the paste's own settings); None when nothing says. Commented-out lines
+    (``##SBATCH``, ``# srun ...``) do not count."""
+    counts: list[int] = []
+    for line in text.replace("\\\n", " ").split("\n"):
+        stripped = line.strip()
+        if stripped.startswith(("#SBATCH", "#FLUX:")):
+            counts += _counts(_SLURM_NODES, " " + stripped.split(None, 1)[-1], env)
+        elif stripped.startswith("#PBS"):  # N chunks (N defaults to 1), normally one per node
+            counts += [sum(int(c.split(":")[0]) if c.split(":")[0].isdigit() else 1
+                           for c in spec.split("+")) for spec in _PBS_SELECT.findall(stripped)]
+            counts += [int(n) for n in _PBS_NODES.findall(stripped)]
+        elif stripped.startswith("#BSUB"):
+            counts += _counts(_LSF_NODES, stripped, env)
+        elif not stripped.startswith("#"):
+            counts += _launcher_counts(stripped, env)
+    return max(counts) if counts else None
+
+
+def _launcher_counts(line: str, env: dict[str, str]) -> list[int]:
+    """Node counts of the launchers on one command line, each read from its own options only
+    (``srun -N 2 mpirun -N 4``: mpirun's -N is processes per node)."""
+    found = list(_LAUNCHER.finditer(line))
+    counts = []
+    for n, match in enumerate(found):
+        segment = line[match.end():found[n + 1].start() if n + 1 < len(found) else len(line)]
+        name = match.group(1)
+        if name in ("srun", "salloc", "sbatch", "flux"):
+            counts += _counts(_SLURM_NODES, segment, env)
+        elif name in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
+            counts += _counts(_LAUNCHER_NODES["torchrun"], segment, env)
+        elif name in _LAUNCHER_NODES:
+            counts += _counts(_LAUNCHER_NODES[name], segment, env)
+        elif name in ("mpirun", "mpiexec", "orterun"):
+            counts += [len({h.split(":")[0] for h in m.group(1).split(",") if h})
+                       for m in _HOSTS.finditer(segment)]
+    return counts
+
+
+def _counts(pattern: re.Pattern[str], text: str, env: dict[str, str]) -> list[int]:
+    """The largest count of each match (``2-4`` and ``1:4`` are ranges), where it is known."""
+    counts = []
+    for match in pattern.finditer(text):
+        known = [n for n in (_number(g, env) for g in match.groups() if g) if n is not None]
+        if known:
+            counts.append(max(known))
+    return counts
+
+
+def _number(text: str, env: dict[str, str]) -> int | None:
+    if text.startswith("$"):
+        text = env.get(text.strip("${}"), "")
+    return int(text) if text.isdigit() else None

@@ -19,6 +19,12 @@ continuations, Markdown fences and bullets, ``$ ``/``user@host:~#`` prompts, ``s
 traces, comments. Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
 them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
 "named, value not given": listed in ``named``, not in ``env``.
+
+Not settings: log output that prints them as ``NAME: value`` (PyTorch's ProcessGroupNCCL logs its
+options so at start-up: ``NCCL_DEBUG: N/A`` next to ``TIMEOUT(ms): 1800000``), which is read as
+a note, not as a YAML env map. Besides the variables, ``ParsedEnv.job`` says what the paste
+shows of the job: a benchmark's collectives, the node count, the values whose ``~`` the shell
+expands (``labkit.nccl.parsed``).
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from bisect import bisect_right
 from dataclasses import replace
 
 from labkit.nccl import ncclconf, pydict
-from labkit.nccl.commands import ASSIGNMENT, Found, read_commands
-from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge
-from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words
+from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
+from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge, node_count
+from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words, tilde_expands
 from labkit.nccl.yamlenv import EnvBlock, is_null, yaml_scalar
 
 __all__ = ["Assignment", "ParsedEnv", "parse_env"]
@@ -78,6 +84,19 @@ _PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`;()<>]+?)"
 _WATCHED_KEY = re.compile(_WATCHED)
 _LEAD_IN = re.compile(rf"[^=`'\"]*?:\s+(?=(?:{_WATCHED})=)")  # "the command is : NCCL_X=1 ./run"
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
+# A "key: value" line of log output, not of an env map: a key with a unit in brackets, which no
+# environment variable name has (TIMEOUT(ms)), or a key PyTorch's ProcessGroupNCCL logs among
+# its options that no process reads from the environment. ProcessGroupNCCL.cpp logs them as
+# "KEY: value", one per line in older releases ("ProcessGroupNCCL initialized with following
+# options:\nNCCL_ASYNC_ERROR_HANDLING: ...\nTIMEOUT(ms): ...\nUSE_HIGH_PRIORITY_STREAM: ...
+# \nNCCL_DEBUG: ..."), comma-separated on one line in recent ones ("TIMEOUT(ms): ...,
+# USE_HIGH_PRIORITY_STREAM: ..., SPLIT_FROM: ..., SPLIT_COLOR: ..., PG Name: ..."; "NCCL
+# version: ..."). torch 2.13's headers read TORCH_NCCL_HIGH_PRIORITY, not USE_HIGH_PRIORITY_STREAM.
+_LOG_LINE = re.compile(r"(?:^\s*|,\s*)(?:[A-Za-z_][\w.-]*[(\[][^()\[\]\s]*[)\]]|"
+                       r"USE_HIGH_PRIORITY_STREAM|SPLIT_FROM|SPLIT_COLOR|PG Name|NCCL version)"
+                       r"\s*:\s+\S")
+LOG_NOTE = ("read as log output, not settings: 'NAME: value' lines next to {key!r}, which is "
+            "not a variable (PyTorch's ProcessGroupNCCL logs its options this way at start-up)")
 
 
 def parse_env(text: str) -> ParsedEnv:
@@ -93,8 +112,9 @@ def parse_env(text: str) -> ParsedEnv:
             first = unprompted.assignments[0].line
             unprompted.notes.insert(0, (first, "read '# <command>' as a root shell prompt, not a "
                                         "comment: nothing else in the text sets a variable"))
-            return replace(unprompted.result(), runs=benchmarked_collectives(text))
-    return replace(reader.result(), runs=benchmarked_collectives(text))
+            reader = unprompted
+    parsed = reader.result()
+    return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env))
 
 
 def _drop_continuation_prompts(text: str) -> str:
@@ -126,6 +146,11 @@ class _Reader:
         self.notes: list[tuple[int, str]] = []
         self.literal_end = 0  # lines before it belong to a dict literal already read
         self.watched_keys: list[int] | None = None  # offsets of quoted watched keys
+        # bash expands ~ after NAME= in arguments (mpirun -x A=~/x); sh (POSIX mode) and zsh
+        # do not. A paste without a #! line is taken as bash, the shell people paste from.
+        first = self.lines[0].strip() if self.lines else ""
+        self.bash = not first.startswith("#!") or "bash" in first
+        self.logs: dict[tuple[int, int], str | None] = {}  # (line, indent) -> its run's log key
 
     def run(self) -> None:
         block: EnvBlock | None = None
@@ -158,7 +183,9 @@ class _Reader:
         block.unparsed.clear()
 
     def _add(self, number: int, raw: str, found: list[Found]) -> None:
-        self.assignments += [Assignment(f.name, f.value, number, f.shape, raw, f.file)
+        self.assignments += [Assignment(f.name, f.value, number, f.shape, raw, f.file,
+                                        f.tilde == SHELL_TILDE or (f.tilde == BASH_TILDE
+                                                                   and self.bash))
                              for f in found]
 
     def _line(self, i: int) -> int:
@@ -174,8 +201,8 @@ class _Reader:
             if after is not None:
                 return after
         if stripped.startswith("#"):
-            if stripped.startswith("#SBATCH"):  # sbatch reads these options
-                self._shell_text(number, stripped, "sbatch " + stripped[7:])
+            if stripped.startswith("#SBATCH"):  # sbatch reads these options, not a shell
+                self._shell_text(number, stripped, "sbatch " + stripped[7:], shell=False)
             return i + 1
         if stripped.startswith("Environment="):
             self._shell_text(number, stripped, stripped[12:], "systemd Environment=")
@@ -198,7 +225,9 @@ class _Reader:
         simple = _SIMPLE.fullmatch(stripped)
         if simple:  # the common case, read without the tokenizer: 1 MiB of these stays fast
             shape = "export" if simple.group(1) else "K=V"
-            self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape)])
+            tilde = SHELL_TILDE if tilde_expands(simple.group(3)) else ""
+            self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape,
+                                               tilde=tilde)])
             return i + 1
         if "os.environ[" in line and "]" not in line:  # os.environ[ / "KEY" / ] = "v"
             joined = self._joined(i, "]")
@@ -212,6 +241,8 @@ class _Reader:
         found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
             or ("env" in line and "[" in line) else []
         top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
+        if top and not found and self._log_output(i):
+            return i + 1
         if top and not found:  # YAML null (null, ~, nothing) sets nothing: named, not given
             value = None if is_null(top.group(3)) else yaml_scalar(top.group(3))
             found = [Found(top.group(2), value, "yaml env")] \
@@ -225,6 +256,35 @@ class _Reader:
             return i + 1
         return self._shell(i)
 
+    def _log_output(self, i: int) -> bool:
+        """Whether line ``i``, a bare ``NAME: value``, is log output: its run of lines (up to a
+        blank line or a fence) holds, at the same indentation, a ``key: value`` line whose key
+        no env map has (``_LOG_LINE``). The run gets one note, on its first line; each line of
+        it is looked at once, however many settings it holds."""
+        indent = len(self.lines[i]) - len(self.lines[i].lstrip())
+        if (i, indent) not in self.logs:
+            first = last = i
+            while first > 0 and self._in_run(first - 1):
+                first -= 1
+            while last + 1 < len(self.lines) and self._in_run(last + 1):
+                last += 1
+            key = None
+            for n in range(first, last + 1):
+                line = self.lines[n]
+                match = _LOG_LINE.search(line) if len(line) - len(line.lstrip()) == indent \
+                    else None
+                if match and key is None:
+                    key = match.group().split(":")[0].strip(" \t,")
+            for n in range(first, last + 1):
+                self.logs[(n, indent)] = key
+            if key is not None:
+                self.notes.append((first + 1, LOG_NOTE.format(key=key)))
+        return self.logs[(i, indent)] is not None
+
+    def _in_run(self, n: int) -> bool:
+        stripped = self.lines[n].strip()
+        return bool(stripped) and not stripped.startswith(("```", "~~~"))
+
     def _code_span(self, i: int) -> int | None:
         """A Markdown code span opening a line and closing at the end of a later one
         (`` `export A=1 <newline> export B=2` ``): its inside read as lines of their own; the
@@ -236,6 +296,7 @@ class _Reader:
                                                             + len(self.lines[last])].strip():
             return None
         inside = _Reader(self.text[opening + 1:closing])
+        inside.bash = self.bash
         inside.run()
         self.assignments += [replace(a, line=a.line + i) for a in inside.assignments]
         self.unparsed += [(n + i, text) for n, text in inside.unparsed]
@@ -281,8 +342,11 @@ class _Reader:
             found.append(Found(match.group(2), value, "json"))
         return found
 
-    def _shell_text(self, number: int, raw: str, text: str, shape: str = "") -> None:
-        """A one-line shell text that is not the file's own line (``#SBATCH``, systemd)."""
+    def _shell_text(self, number: int, raw: str, text: str, shape: str = "",
+                    shell: bool = True) -> None:
+        """A one-line shell text that is not the file's own line (``#SBATCH``, systemd);
+        ``shell``: whether a shell runs it (sbatch reads ``#SBATCH`` lines itself: no ``~``
+        expansion)."""
         result = split_words(text, 0, len(text))
         if result is None:
             self.unparsed.append((number, raw))
@@ -293,6 +357,8 @@ class _Reader:
             notes: list[str] = []
         else:
             found, notes = read_commands(result[0])
+        if not shell:
+            found = [f._replace(tilde="") for f in found]
         self._add(number, raw, found)
         self.notes += [(number, note) for note in notes]
 

@@ -14,9 +14,11 @@ from labkit.nccl.context import Context, Rule
 from labkit.nccl.findings import Finding, error, info, warning
 from labkit.nccl.registry import ALIASES, REGISTRY
 from labkit.nccl.registry_plugins import IBEXT
+from labkit.nccl.shellwords import computed
 from labkit.nccl.syntax import (
     ALGORITHMS,
     FUNCTIONS,
+    PLACEHOLDER,
     PROTOCOLS,
     SUPPORTED,
     nccl_int,
@@ -124,7 +126,7 @@ def algorithm_coverage(ctx: Context) -> list[Finding]:
     for name, tokens, supported in (("NCCL_ALGO", ALGORITHMS, SUPPORTED),
                                     ("NCCL_PROTO", PROTOCOLS, {})):
         value = ctx.env.get(name, "")
-        if not value or "$" in value:
+        if not value or computed(value) or PLACEHOLDER.search(value):
             continue
         parsed = parse_token_list(value, tokens)
         if parsed.problems:

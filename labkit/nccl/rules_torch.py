@@ -130,6 +130,11 @@ def loopback_master(ctx: Context) -> list[Finding]:
     if loopback and world > local_world:
         return [warning("MASTER_ADDR", f"{address} is loopback but WORLD_SIZE={world} spans "
                         "several nodes: other nodes cannot reach it", "the IP of rank 0's node")]
+    if loopback and (ctx.nodes or 0) > 1:
+        return [warning("MASTER_ADDR", f"{address} is loopback, and the paste runs the job on "
+                        f"{ctx.nodes} nodes: ranks on the other nodes would look for rank 0's "
+                        "store on their own node. Fine only where each node runs a job of its "
+                        "own", "the IP or host name of rank 0's node")]
     return []
 
 

@@ -5,8 +5,11 @@ removes them; ``$VAR``, ``${VAR}``, ``$(cmd)`` and backquotes kept as written, b
 user pasted is what the checker must see), operators (``;``, ``&&``, ``|``, ``(`` ...) and
 redirections (``Redirect``: ``>> /etc/nccl.conf`` says where an ``echo`` goes), dropping
 comments; ``labkit.nccl.commands`` reads what the commands set. ``substitutions(value)`` gives the
-scripts of the ``$(...)`` and backquotes in a word. A pasted line is often prose, not shell, so
-nothing here raises: an unterminated quote returns ``None`` and the caller decides.
+scripts of the ``$(...)`` and backquotes in a word, ``computed(value)`` whether a value holds
+an expansion or a command substitution (the shell computes it: nothing to check as a literal),
+and ``tilde_expands(raw)`` whether the shell replaces a ``~`` that opens a value. A pasted line
+is often prose, not shell, so nothing here raises: an unterminated quote returns ``None`` and
+the caller decides.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ _DQ_PLAIN = re.compile(r"[^\"\\$`]+")
 _VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
 _OPERATOR = re.compile(r"&&|\|\||;;|[;&|()]")
 _REDIRECT = re.compile(r"(?:&>>?|>>|>&|<&|>\||<<<|<<-?|<>|>|<)(\d+-?|-)?")
+# $(cmd), not $((arithmetic)) nor $(NAME) alone (Kubernetes' reference to another variable)
+_COMMAND = re.compile(r"\$\((?!\()(?![A-Z_][A-Z0-9_]*\))")
+# bash's tilde-prefix: "~" and the characters up to the first unquoted "/" (or ":" in an
+# assignment), none of them quoted: "~", "~user", "~+", "~-" (bash manual, Tilde Expansion).
+_TILDE_PREFIX = re.compile(r"~[A-Za-z0-9._+-]*(?=[/:]|$)")
 _ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a"}
 
 
@@ -150,6 +158,22 @@ def substitutions(value: str) -> list[str]:
         else:
             i += 1
     return found
+
+
+def computed(value: str) -> str:
+    """What makes ``value`` computed by the shell rather than literal, in a few words ("a
+    command substitution", "a shell expansion"), or "" when it is a literal. Values keep their
+    expansions as written (``$VAR``, ``$(cmd)``, backquotes), so the text says which."""
+    if _COMMAND.search(value) or ("`" in value and substitutions(value)):
+        return "a command substitution"
+    return "a shell expansion" if "$" in value else ""
+
+
+def tilde_expands(raw: str) -> bool:
+    """Whether a shell replaces the ``~`` that opens ``raw`` (a word as written, or the value
+    part of an assignment word as written) with a home directory: an unquoted tilde-prefix
+    followed by ``/``, ``:`` or nothing. ``"~/x"`` and ``\\~/x`` stay literal."""
+    return _TILDE_PREFIX.match(raw) is not None
 
 
 def _unterminated(open_at: list[int] | None, word_start: int) -> None:

@@ -32,6 +32,9 @@ SUPPORTED = {"broadcast": {"ring"}, "reduce": {"ring"},
              "allreduce": {"ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree"}}
 SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "ALLOC_HOST",
               "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "DESTROY", "ALL")
+# A placeholder to fill in: <IP_address_of_node_1>, <your-hca>, <node 1's IP>. No NCCL, gloo or
+# torch value has a "<" in it, and a shell reads an unquoted "<" as a redirection.
+PLACEHOLDER = re.compile(r"<[A-Za-z_][^<>\n]*>")
 TORCH_TRUE = ("y", "yes", "1", "t", "true")  # c10d getCvarBool
 TORCH_FALSE = ("n", "no", "0", "f", "false")
 

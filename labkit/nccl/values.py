@@ -37,6 +37,7 @@ TUNING_CC = NCCL_GITHUB + "src/graph/tuning.cc#L17-L34"
 PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.24.3-1/src/graph/tuning.cc#L53-L110"
 OLD_PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.23.4-1/src/graph/tuning.cc#L34-L52"
 IB_HINT = NCCL_GITHUB + "src/transport/net_ib/common.h#L621-L626"
+IB_RETRY = NCCL_GITHUB + "src/transport/net_ib/connect.cc#L16"  # NCCL_PARAM(IbRetryCnt, ..., 7)
 LL128_LINE_DATA = 120  # data bytes in one 128-byte LL128 line (the other 8 are its flag)
 LL128_ISSUE = "https://github.com/NVIDIA/nccl/issues/1739"
 CLAMP_WARNS = {"NCCL_SOCKET_NTHREADS"}  # NCCL prints a WARN line when it clamps these
@@ -248,13 +249,16 @@ def _ib_timeout(var: Variable, value: str, ctx: Context) -> list[Finding]:
                         source=var.doc)]
     if found or number is None or not 1 <= number <= 31:
         return found
-    retries = nccl_int(ctx.env.get("NCCL_IB_RETRY_CNT", "7")) or 7
+    retries = nccl_int(ctx.env.get("NCCL_IB_RETRY_CNT", "7"))
+    retries = 7 if retries is None or not 0 <= retries <= 7 else retries
     per_try = 4.096e-6 * 2 ** number
-    total = per_try * retries
+    total = per_try * max(retries, 1)
     arithmetic = (f"4.096 us x 2^{number} = {_duration(per_try)} per attempt, x {retries} "
-                  f"retries = {_duration(total)} before NCCL reports a network error")
+                  f"retries = {_duration(total)} before NCCL reports a network error" if retries
+                  else f"4.096 us x 2^{number} = {_duration(per_try)}, and with "
+                  "NCCL_IB_RETRY_CNT=0 no retry: NCCL reports a network error after one wait")
     default = int(source_default(var.name, ctx.target.version) or 20)
-    waits = _duration(4.096e-6 * 2 ** default * retries)
+    waits = _duration(4.096e-6 * 2 ** default * max(retries, 1))
     if number < 14:
         return [warning(var.name, f"far too short: {arithmetic}. NCCL's default ({default} in "
                         f"NCCL {ctx.target.text}) waits about {waits}; a timeout set too short "
@@ -265,6 +269,20 @@ def _ib_timeout(var: Variable, value: str, ctx: Context) -> list[Finding]:
         return [info(var.name, f"shorter than NCCL's default ({default} in NCCL "
                      f"{ctx.target.text}): {arithmetic}", source=var.doc)]
     return []
+
+
+def _ib_retry_cnt(var: Variable, value: str, ctx: Context) -> list[Finding]:
+    """The QP's retry_cnt (ncclIbQpRts: qpAttr.retry_cnt): how often the adapter resends a
+    packet that got no acknowledgement within NCCL_IB_TIMEOUT before the QP fails."""
+    found = _integer(var, value, ctx)
+    if found or nccl_int(value) != 0:
+        return found
+    return [warning(var.name, "0: no retransmission at all: the first packet that is not "
+                    "acknowledged within NCCL_IB_TIMEOUT puts the queue pair in error, and NCCL "
+                    "fails with completion error 12 (retry exceeded) where the default (7) would "
+                    "have resent it; a valid value, useful to reproduce that error, not to run",
+                    "unset it (NCCL's default, 7)", Edit("drop", reason="0 disables IB retries"),
+                    source=IB_RETRY)]
 
 
 def _duration(seconds: float) -> str:
@@ -315,5 +333,5 @@ KIND_CHECKS: dict[str, Check] = {
 NAME_CHECKS: dict[str, Check] = {
     "NCCL_SOCKET_IFNAME": hostfacts.socket_ifname, "NCCL_DEBUG": _nccl_debug,
     "NCCL_TOPO_FILE": hostfacts.topo_file, "NCCL_NTHREADS": _nthreads,
-    "NCCL_IB_TIMEOUT": _ib_timeout,
+    "NCCL_IB_TIMEOUT": _ib_timeout, "NCCL_IB_RETRY_CNT": _ib_retry_cnt,
 }
