@@ -1,8 +1,13 @@
 """labkit.collectives.bench: nccl-tests formulas by hand, the alpha-beta fit, and real torchrun
-runs on gloo (all ops on 2 ranks; 2 nodes with a corrupting rank; start-up time).
+runs on gloo (all ops on 2 ranks, two cycles, per-iteration times; 2 nodes with a corrupting
+rank; start-up time); nccl-tests' JSON written from that run, read back, checked against the
+structure of nccl-tests' writer and against a real nccl-tests file (tests/data/nccl_tests_json).
 
 Each launch costs ~8-12 s here, so the runs are module fixtures and each checks many things.
 No timing thresholds are asserted: this machine's numbers are noise-prone.
+
+With ``LABKIT_NCCL_TESTS_DIR`` pointing at a checkout of NVIDIA/nccl-tests, its own
+``tools/analyze_perf_json.py`` reads labkit's files too (it is not part of this repository).
 """
 
 from __future__ import annotations
@@ -12,11 +17,17 @@ import csv
 import io
 import json
 import math
+import os
+import re
+import subprocess
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
 from labkit.collectives import (
+    LABKIT_NULLS,
     ONE_FORM,
     OPS,
     REDUCING,
@@ -24,16 +35,25 @@ from labkit.collectives import (
     CollectivesReport,
     bandwidths,
     bus_factor,
+    compare_rows,
     format_table,
+    iter_stats,
+    link_verdicts,
     message_counts,
     parse_size,
+    read_nccl_tests_json,
     resolve_ops,
+    run_nccl_tests,
+    schema_problems,
     sweep,
     to_csv,
+    write_nccl_tests_json,
 )
 from labkit.collectives import bench as cb
 from labkit.collectives.alphabeta import AlphaBeta, fit_alpha_beta
-from labkit.errors import ParameterError
+from labkit.collectives.nccl_json import WRITER
+from labkit.collectives.report import avg_busbw
+from labkit.errors import LaunchError, ParameterError
 
 JSON_KEYS = {"size", "count", "type", "time_us", "algbw", "busbw", "wrong"}
 
@@ -139,8 +159,10 @@ def test_table_csv_and_json_have_the_columns() -> None:
 
 @pytest.fixture(scope="module")
 def all_ops() -> CollectivesReport:
+    # two cycles (-N 2) and per-iteration times (-I 1, -K 1): the JSON tests below reuse it
     return cb.run_collectives("all", nnodes=1, nproc=2, min_bytes="1K", max_bytes="64K",
-                              iters=3, warmup_iters=1, timeout_s=120)
+                              iters=3, warmup_iters=1, timeout_s=120, cycles=2, per_iter=True,
+                              per_iter_skip=1)
 
 
 @pytest.mark.slow
@@ -169,6 +191,27 @@ def test_all_ops_on_two_ranks_are_correct(all_ops: CollectivesReport) -> None:
     # the bare all_reduce loop ran at the largest size; its ratio is reported
     assert r.bare_size == 65536 and r.bare_all_reduce_busbw > 0
     assert r.bench_vs_bare == pytest.approx(r.bench_all_reduce_busbw / r.bare_all_reduce_busbw)
+
+
+@pytest.mark.slow
+def test_cycles_and_per_iteration_times(all_ops: CollectivesReport) -> None:
+    r = all_ops
+    first = [(x.op, x.size, x.in_place) for x in r.rows if x.cycle == 0]
+    assert first == [(x.op, x.size, x.in_place) for x in r.rows if x.cycle == 1]  # -N 2
+    assert {x.cycle for x in r.rows} == {0, 1}
+    for x in r.rows:  # -I 1: each iteration's time is the slowest rank's, as nccl-tests keeps it
+        assert len(x.iter_times_us) == 3 and len(x.rank_iter_times_us) == 2
+        assert x.iter_times_us == [max(a, b) for a, b in zip(*x.rank_iter_times_us, strict=True)]
+        assert min(x.iter_times_us) > 0 and x.iter_skip == 1
+        s = x.iter_stats()
+        assert s.skipped == 1 and s.min_us <= s.p50_us <= s.p99_us <= s.max_us
+    assert "i_p50" in format_table(r.rows) and "i_p99" in format_table(r.rows)
+    assert r.per_iter_clock == "host clock" and r.nccl_version is None
+    assert [d["rank"] for d in r.devices] == [0, 1] and len({d["pid"] for d in r.devices}) == 2
+    assert all(d["hostname"] and d["device"] is None and d["device_info"] is None
+               for d in r.devices)  # a CPU has no GPU index, PCI address or name: null
+    assert "WORLD_SIZE=2" in r.env and not any(e.split("=")[0].endswith("_URL") for e in r.env)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", r.started) and r.ended >= r.started
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +278,237 @@ def test_cli_prints_and_fails_on_wrong(monkeypatch, capsys) -> None:
     assert "5 wrong" in capsys.readouterr().err
     assert cli_args("--corrupt-rank", "1").corrupt_rank == 1
     assert not math.isnan(report.bench_vs_bare)
+
+
+# --- nccl-tests JSON (-J), read back, the real sample, the structure -------------------------
+
+SAMPLE = Path(__file__).parent / "data" / "nccl_tests_json" / "all_reduce_perf_t4_2gpu.json"
+ANALYZE_ENV = "LABKIT_NCCL_TESTS_DIR"  # a checkout of NVIDIA/nccl-tests: tools/analyze_perf_json.py
+STATS = ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct")
+
+
+def test_iter_stats_follow_nccl_tests() -> None:
+    s = iter_stats([5.0, 1.0, 4.0, 2.0, 3.0, 6.0])
+    # p50 is nccl-tests' sorted[n // 2] (the upper middle value), p95/p99 nearest rank
+    assert (s.min_us, s.max_us, s.p50_us, s.p95_us, s.p99_us) == (1.0, 6.0, 4.0, 6.0, 6.0)
+    assert s.avg_us == 3.5 and s.stdev_us == pytest.approx(math.sqrt(17.5 / 6))  # divides by n
+    assert s.cv_pct == pytest.approx(s.stdev_us / 3.5 * 100)
+    assert iter_stats([9.0, 1.0, 2.0], skipped=1).min_us == 1.0  # -K leaves the first out
+    with pytest.raises(ParameterError, match="no iterations"):
+        iter_stats([1.0], skipped=1)
+
+
+def test_a_real_nccl_tests_file() -> None:
+    doc = json.loads(SAMPLE.read_text())
+    assert schema_problems(doc) == []  # the structure written from src/util.cu fits a real file
+    run = read_nccl_tests_json(SAMPLE)
+    assert (run.op, run.nranks, run.writer, run.backend, run.version) == (
+        "all_reduce", 2, "nccl-tests", "nccl", 3)
+    assert run.nccl_version == 22903 and "NCCL 2.29.3" in run.summary()
+    assert [(x.in_place, x.type, x.root, x.wrong, x.cycle) for x in run.rows] == [
+        (False, "half", -1, 0, 0), (True, "half", -1, 0, 0)]
+    assert run.rows[0].busbw == 5.731221 and run.avg_busbw == 5.724297
+    for x, name in zip(run.rows, ("out_of_place_per_iter", "in_place_per_iter"), strict=True):
+        written, mine = doc["results"][0][name], x.iter_stats()
+        for key in STATS:  # labkit's summary is nccl-tests' own, to its six decimals
+            assert getattr(mine, key) == pytest.approx(written[key], abs=1e-5), key
+    table = format_table(run.rows)  # the footer line of the run's own text log
+    assert "# Avg bus bandwidth    : 5.7243 \n" in table and "23418.7" in table
+    report = run.to_report()
+    assert (report.backend, report.world_size, report.nnodes) == ("nccl", 2, 1)
+
+
+def test_older_and_odd_nccl_tests_files_read(tmp_path) -> None:
+    # built from nccl-tests' writer at v2.17.3 (JSON version 1, before per-iteration timing,
+    # with its misspelt "average_bus_bandwidith"), not a real run: -N 2, -c 0, -C 1, MPI binary
+    doc = json.loads(SAMPLE.read_text())
+    result = doc["results"][0]
+    for key in ("out_of_place_per_iter", "in_place_per_iter"):
+        del result[key]
+    result["in_place"] = {"cpu_time": 10.0, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": None}
+    bandwidth = doc.pop("average_bus_bandwidth")["bandwidth"]
+    doc |= {"version": 1, "results": [result, dict(result)], "args": ["./alltoall_perf_mpi"],
+            "average_bus_bandwidith": {"bandwidith": bandwidth, "okay": "unchecked"}}
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(doc))
+    run = read_nccl_tests_json(path)
+    assert run.op == "all_to_all" and run.avg_busbw == bandwidth and run.version == 1
+    assert [x.cycle for x in run.rows] == [0, 0, 1, 1]  # the size starting over is cycle 1
+    assert run.rows[1].time_us == 10.0 and run.rows[1].wrong == -1  # -c 0: N/A
+    assert run.rows[0].iter_times_us is None
+    line = next(x for x in format_table(run.rows).splitlines() if x.strip().startswith("1342"))
+    assert line.split()[-1] == "N/A"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such file"),
+    ("{\"version\":3,\"results\":[{\"size\":8", "not JSON"),  # a run that died mid-write
+    ("[1, 2]", "not nccl-tests JSON output"),
+    ("{\"version\":3,\"config\":{},\"errors\":[\"unhandled cuda error\"]}", "without results"),
+    ("{\"results\":[{\"count\":2}]}", "results[0]: size, count"),
+    ("{\"results\":[{\"size\":8,\"count\":2,\"type\":\"float\",\"redop\":\"sum\",\"root\":\"-1\","
+     "\"in_place\":{\"time\":\"fast\"}}]}", "expected a number"),
+])
+def test_bad_json_files_fail_in_one_line(tmp_path, content: str | None, message: str) -> None:
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ParameterError, match=re.escape(message)) as err:
+        read_nccl_tests_json(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def written(all_ops: CollectivesReport, tmp_path_factory) -> list[Path]:
+    return write_nccl_tests_json(all_ops, tmp_path_factory.mktemp("json") / "run.json")
+
+
+@pytest.mark.slow
+def test_json_written_as_nccl_tests_writes_it(all_ops: CollectivesReport,
+                                             written: list[Path]) -> None:
+    ops = list(dict.fromkeys(x.op for x in all_ops.rows))
+    assert [p.name for p in written] == [f"run.{op}.json" for op in ops]  # one file per op
+    for path, op in zip(written, ops, strict=True):
+        text = path.read_text()
+        doc = json.loads(text)
+        # nccl-tests' structure, key order and types; labkit's only differences are documented
+        assert schema_problems(doc, LABKIT_NULLS, frozenset({"labkit"})) == []
+        strict = schema_problems(doc)
+        assert all(p.split(":")[0] in LABKIT_NULLS | {"labkit"} for p in strict), strict
+        assert ": " not in text.split('"env"')[0] and re.search(r'"time":\d+\.\d{6}[,}]', text)
+        assert "\\/" in text and '"blocking_collectives":"false"' in text  # as nccl-tests
+        mine = [x for x in all_ops.rows if x.op == op]
+        assert doc["results"][0]["root"] == ("     0" if op in ("broadcast", "reduce") else "    -1")
+        assert len(doc["results"]) == len({(x.cycle, x.size) for x in mine})
+        assert doc["average_bus_bandwidth"]["bandwidth"] == pytest.approx(avg_busbw(mine), abs=1e-6)
+        assert doc["out_of_bounds"] == {"count": 0, "okay": "true"}
+        assert doc["config"]["per_iter_timing"] == "true" and doc["config"]["per_iter_skip"] == 1
+        assert doc["labkit"]["backend"] == "gloo" and doc["labkit"]["devices"] == ["cpu", "cpu"]
+        assert doc["args"][:3] == ["labkit", "bench", "collectives"] and doc["nccl_version"] is None
+        for result in doc["results"]:
+            for name in ("out_of_place", "in_place"):
+                timing = result.get(f"{name}_per_iter")
+                if result[name] is None:
+                    assert timing is None  # never a null per-iteration object
+                    continue
+                rows = timing["per_process_max_times_us"]
+                assert timing["times_us"] == [max(c) for c in zip(*rows, strict=True)]
+                assert timing["skipped_iterations"] == 1
+                again = iter_stats(timing["times_us"], 1)
+                assert all(timing[k] == pytest.approx(getattr(again, k), abs=1e-5) for k in STATS)
+        back = read_nccl_tests_json(path)  # and labkit reads its own file back
+        assert (back.op, back.nranks, back.writer, back.backend) == (op, 2, WRITER, "gloo")
+        assert [(x.size, x.count, x.in_place, x.cycle, x.wrong) for x in back.rows] == [
+            (x.size, x.count, x.in_place, x.cycle, x.wrong) for x in mine]
+        assert [x.busbw for x in back.rows] == pytest.approx([x.busbw for x in mine], abs=1e-6)
+    again = write_nccl_tests_json(all_ops, written[0].parent / "run.json")
+    assert [p.name for p in again] == [f"run.{op}.json.0" for op in ops]  # never overwritten
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(ANALYZE_ENV),
+                    reason=f"set {ANALYZE_ENV} to a checkout of NVIDIA/nccl-tests to run its "
+                           "tools/analyze_perf_json.py on labkit's files (the structure is "
+                           "checked above without it)")
+def test_nccl_tests_own_analyzer_reads_labkit_files(written: list[Path]) -> None:
+    tool = Path(os.environ[ANALYZE_ENV]) / "tools" / "analyze_perf_json.py"
+    assert tool.is_file(), f"{tool} not found"
+    by_op = {p.name.split(".")[1]: p for p in written}
+    for path, flags, status in ((by_op["all_gather"], ["--all"], "PASS"),
+                                (by_op["all_reduce"], ["--in-place", "--all"], "PASS"),
+                                (by_op["all_to_all"], ["--in-place", "--all"], "N/A"),
+                                (SAMPLE, ["--all"], "N/A")):
+        done = subprocess.run([sys.executable, str(tool), str(path), *flags], capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert re.search(rf"Consistency \(times_us == max over process rows, \w+\): {status}",
+                         done.stdout), done.stdout[:2000]
+
+
+def test_write_refuses_what_nccl_tests_would_not_write(tmp_path) -> None:
+    report = CollectivesReport([row()], "gloo", "cpu", 2, 1, 2, "2.x")
+    with pytest.raises(ParameterError, match="suffix"):
+        write_nccl_tests_json(report, tmp_path / "run.txt")
+    one = write_nccl_tests_json(report, tmp_path / "one.json")
+    assert one == [tmp_path / "one.json"]  # one op: the path as given
+    doc = json.loads(one[0].read_text())
+    assert doc["results"][0]["out_of_place"] is None  # torch's all_reduce: in place only
+    assert "out_of_place_per_iter" not in doc["results"][0]
+
+
+def test_expect_states_the_ratio() -> None:
+    rows = [row(size=1024, time_us=10.0), row(size=4096, time_us=20.0)]
+    (v,) = link_verdicts(rows, 2.0)
+    assert v.size == 4096 and v.busbw == rows[1].busbw and v.ratio == rows[1].busbw / 2.0
+    assert v.peak_busbw == max(x.busbw for x in rows) and "x the stated link" in v.line()
+    for bad in ("abc", "0", "-5", "inf", "nan", ""):
+        with pytest.raises(ParameterError, match="--expect"):
+            link_verdicts(rows, bad)
+
+
+def test_read_and_expect_on_the_command_line(capsys, tmp_path) -> None:
+    assert cb.run(cli_args("--read", str(SAMPLE), "--expect", "5.8")) == 0
+    out = capsys.readouterr().out
+    assert "nccl-tests JSON v3, all_reduce on 2 ranks" in out and "0.987 x the stated" in out
+    assert "PERFORMANCE.md" in out and "# Avg bus bandwidth    : 5.7243" in out
+    assert cb.run(cli_args("--read", str(SAMPLE), "--json")) == 0
+    assert json.loads(capsys.readouterr().out)[0]["busbw"] == 5.731221
+    for argv, message in (  # `labkit` prints these as one "labkit: error: ..." line
+        (["--read", str(tmp_path / "none.json")], "no such file"),
+        (["--read", str(SAMPLE), "--expect", "fast"], "--expect wants"),
+        (["--expect", "0"], "--expect wants"),
+        (["-J", str(tmp_path / "out.csv")], "name it .json"),
+    ):
+        with pytest.raises(ParameterError, match=re.escape(message)) as err:
+            cb.run(cli_args(*argv))
+        assert "\n" not in str(err.value)
+    assert capsys.readouterr().out == ""  # nothing printed before the error
+
+
+def test_run_parameters_checked_before_a_launch() -> None:
+    for kwargs, message in (({"cycles": 0}, "cycles"), ({"per_iter_skip": 1}, "per_iter_skip"),
+                            ({"per_iter": True, "per_iter_skip": 3, "iters": 3},
+                             "per_iter_skip")):
+        with pytest.raises(ParameterError, match=message):
+            cb.run_collectives("all_reduce", **kwargs)
+
+
+@pytest.mark.slow
+def test_cli_writes_json_from_a_run(all_ops, monkeypatch, capsys, tmp_path) -> None:
+    seen = {}
+
+    def fake(op, **kwargs) -> CollectivesReport:
+        seen.update(kwargs)
+        return all_ops
+
+    monkeypatch.setattr(cb, "run_collectives", fake)
+    path = tmp_path / "cli.json"
+    assert cb.run(cli_args("--op", "all", "-N", "2", "-I", "1", "-K", "1", "-J", str(path),
+                           "--expect", "12.5")) == 0
+    out = capsys.readouterr().out
+    assert (seen["cycles"], seen["per_iter"], seen["per_iter_skip"]) == (2, True, 1)
+    assert f"# Writing JSON output to {tmp_path / 'cli.all_reduce.json'}" in out
+    assert out.count("x the stated link bandwidth of 12.5 GB/s") == len(OPS)
+    assert read_nccl_tests_json(tmp_path / "cli.broadcast.json").rows[0].root == 0
+
+
+def test_nccl_tests_binary_run_and_compared(tmp_path, monkeypatch) -> None:
+    # a stand-in all_reduce_perf: records its arguments and writes the real sample at -J
+    args_file, fake = tmp_path / "args.txt", tmp_path / "bin" / "all_reduce_perf"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" > {args_file}\nwhile [ "$1" != -J ]; do shift; done\n'
+                    f'cp {SAMPLE} "$2"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    run = run_nccl_tests("all_reduce", ngpus=2, min_bytes="128M", max_bytes="128M", iters=50,
+                         warmup_iters=10, per_iter=True, out=tmp_path / "a.json")
+    assert args_file.read_text().split() == ["-b", "134217728", "-e", "134217728", "-f", "2",
+                                             "-g", "2", "-n", "50", "-w", "10", "-a", "3",
+                                             "-I", "1", "-J", str(tmp_path / "a.json")]
+    assert run.op == "all_reduce" and len(run.rows) == 2
+    (same,) = [c for c in compare_rows(run.rows, run.rows) if c["placement"] == "in-place"]
+    assert same["busbw_ratio"] == 1.0 and same["size"] == 134217728
+    with pytest.raises(ParameterError, match="exists"):
+        run_nccl_tests("all_reduce", out=tmp_path / "a.json")
+    with pytest.raises(LaunchError, match="not on PATH"):
+        run_nccl_tests("broadcast", out=tmp_path / "b.json")

@@ -2,7 +2,8 @@
 
 ``python -m labkit.runtime.worker bench_rank.py CONFIG_JSON``. Mode ``bench`` sweeps the
 collectives the way nccl-tests does (warm-up, one untimed call, barrier, a timed loop, then one
-checked call with known data); mode ``init`` times joining the process group. Rank 0 publishes
+checked call with known data; the sweep ``cycles`` times, its ``-N``; per-iteration times with
+``per_iter``, its ``-I 1``); mode ``init`` times joining the process group. Rank 0 publishes
 the result as JSON. Tensors live on ``info.device``, so the same code runs on GPUs with NCCL.
 """
 
@@ -15,6 +16,13 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.collectives.formulas import REDUCING, ROOTED, bandwidths, message_counts, placements
+from labkit.collectives.iter_timing import (
+    IterClock,
+    device_facts,
+    gather_lists,
+    nccl_version_code,
+    run_env,
+)
 from labkit.runtime import publish
 
 STARTED = time.perf_counter()  # before torch is imported: where the init timing starts
@@ -107,18 +115,26 @@ def reduce_across(values: list[float], how: str, device: str) -> list[float]:
     return t.tolist()
 
 
-def timed(run: Callable[[], Any], iters: int, device: str) -> float:
-    """Seconds per call on this rank: barrier, then ``iters`` calls, then wait for the device."""
+def timed(run: Callable[[], Any], iters: int, device: str,
+          per_iter: bool = False) -> tuple[float, list[float] | None]:
+    """Seconds per call on this rank: barrier, then ``iters`` calls, then wait for the device;
+    with ``per_iter`` also each iteration's seconds (``IterClock``), else None."""
     import torch.distributed as dist
 
+    clock = IterClock(iters, device) if per_iter else None
     sync(device)
     dist.barrier()
     sync(device)
     started = time.perf_counter()
-    for _ in range(iters):
+    for i in range(iters):
+        if clock:
+            clock.mark(i)
         run()
+    if clock:
+        clock.mark(iters)
     sync(device)
-    return (time.perf_counter() - started) / iters
+    seconds = (time.perf_counter() - started) / iters
+    return seconds, clock.intervals() if clock else None
 
 
 def count_wrong(op: str, in_place: bool, rank: int, n: int, count: int, seed: int, device: str,
@@ -166,24 +182,32 @@ def bench_op(op: str, cfg: dict, rank: int, n: int, device: str) -> list[dict]:
         for _ in range(cfg["warmup_iters"]):
             run()
         sync(device)
-    rows = []
-    for size in sizes:
-        count, nbytes = message_counts(op, size, n)
-        if count == 0:
-            continue
-        for in_place in placements(op):
-            run = prepare(op, in_place, rank, n, count, TIMED_SEED, device)[0]
-            run()  # one untimed call, as nccl-tests does before its barrier
-            seconds = reduce_across([timed(run, iters, device)], cfg["average"], device)[0]
-            time_us = seconds * 1e6
-            algbw, busbw = bandwidths(op, nbytes, time_us, n)
-            wrong = count_wrong(op, in_place, rank, n, count, len(rows) + 1, device, corrupt)
-            rows.append({
-                "op": op, "size": nbytes, "count": count, "type": "float",
-                "redop": "sum" if op in REDUCING else "none", "root": 0 if op in ROOTED else -1,
-                "time_us": time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong,
-                "in_place": in_place, "nranks": n,
-            })
+    rows: list[dict] = []
+    per_iter = cfg.get("per_iter", False)
+    for cycle in range(cfg.get("cycles", 1)):  # nccl-tests -N: the whole sweep again
+        for size in sizes:
+            count, nbytes = message_counts(op, size, n)
+            if count == 0:
+                continue
+            for in_place in placements(op):
+                run = prepare(op, in_place, rank, n, count, TIMED_SEED, device)[0]
+                run()  # one untimed call, as nccl-tests does before its barrier
+                seconds, each = timed(run, iters, device, per_iter)
+                seconds = reduce_across([seconds], cfg["average"], device)[0]
+                time_us = seconds * 1e6
+                algbw, busbw = bandwidths(op, nbytes, time_us, n)
+                wrong = count_wrong(op, in_place, rank, n, count, len(rows) + 1, device, corrupt)
+                row = {
+                    "op": op, "size": nbytes, "count": count, "type": "float",
+                    "redop": "sum" if op in REDUCING else "none",
+                    "root": 0 if op in ROOTED else -1, "time_us": time_us, "algbw": algbw,
+                    "busbw": busbw, "wrong": wrong, "in_place": in_place, "nranks": n,
+                    "cycle": cycle}
+                if each is not None:  # nccl-tests: each iteration's time is the slowest rank's
+                    ranks = [[t * 1e6 for t in r] for r in gather_lists(each, n, device)]
+                    row |= {"iter_times_us": [max(col) for col in zip(*ranks, strict=True)],
+                            "rank_iter_times_us": ranks, "iter_skip": cfg.get("per_iter_skip", 0)}
+                rows.append(row)
     return rows
 
 
@@ -229,6 +253,10 @@ def bench_main(cfg: dict) -> dict:
         "rows": rows, "skipped": skipped, "bare": bare, "backend": info.backend,
         "device": device, "world_size": n, "nnodes": info.num_nodes,
         "nproc_per_node": info.local_world_size, "torch_version": torch.__version__,
+        # what nccl-tests' JSON records besides the rows (labkit.collectives.nccl_json)
+        "devices": device_facts(rank, n, info.hostname, device), "env": run_env(),
+        "nccl_version": nccl_version_code() if info.backend == "nccl" else None,
+        "per_iter_clock": "CUDA events" if device.startswith("cuda") else "host clock",
     }
     teardown()
     return result

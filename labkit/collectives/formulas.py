@@ -8,13 +8,11 @@ all_gather, reduce_scatter and all_to_all, 1 for broadcast and reduce.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from labkit.errors import ParameterError
-
-if TYPE_CHECKING:
-    pass
+from labkit.runtime.stats import percentile
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 
@@ -99,9 +97,42 @@ def resolve_ops(op: str | list[str] | tuple[str, ...]) -> list[str]:
     return [o for o in OPS if o in names]
 
 
+@dataclass(frozen=True)
+class IterStats:
+    """Per-iteration summary of one row, as nccl-tests ``-I 1`` writes it (``computeIterStats``
+    in ``src/util.cu``): over the iterations after the first ``skipped`` (``-K``). ``p50`` is
+    nccl-tests' ``sorted[n // 2]`` (the upper middle value when n is even); ``p95`` and ``p99``
+    are nearest rank (``labkit.runtime.stats.percentile``, the same index nccl-tests takes);
+    ``stdev`` divides by n; ``cv_pct`` is stdev / avg in percent."""
+
+    skipped: int
+    min_us: float
+    max_us: float
+    avg_us: float
+    p50_us: float
+    p95_us: float
+    p99_us: float
+    stdev_us: float
+    cv_pct: float
+
+
+def iter_stats(times_us: list[float], skipped: int = 0) -> IterStats:
+    """Summarise per-iteration times (us) the way nccl-tests does, leaving out ``skipped``."""
+    kept = sorted(times_us[skipped:])
+    if not kept:
+        raise ParameterError(f"no iterations left after skipping {skipped} of {len(times_us)}")
+    n, avg = len(kept), math.fsum(kept) / len(kept)
+    stdev = math.sqrt(math.fsum((t - avg) ** 2 for t in kept) / n)
+    return IterStats(skipped, kept[0], kept[-1], avg, kept[n // 2], percentile(kept, 95),
+                     percentile(kept, 99), stdev, stdev / avg * 100 if avg > 0 else 0.0)
+
+
 @dataclass
 class CollectiveRow:
-    """One nccl-tests result: one (op, size, placement). ``wrong`` is summed over ranks."""
+    """One nccl-tests result: one (op, size, placement). ``wrong`` is summed over ranks (-1:
+    not checked, nccl-tests' ``N/A``). ``cycle`` counts repeats of the sweep (nccl-tests
+    ``-N``). With per-iteration timing (``-I 1``), ``iter_times_us`` is each iteration's time,
+    the slowest rank's, and ``rank_iter_times_us`` one such list per rank (process)."""
 
     op: str
     size: int
@@ -115,3 +146,11 @@ class CollectiveRow:
     wrong: int
     in_place: bool
     nranks: int
+    cycle: int = 0
+    iter_times_us: list[float] | None = None
+    rank_iter_times_us: list[list[float]] | None = None
+    iter_skip: int = 0
+
+    def iter_stats(self) -> IterStats | None:
+        """nccl-tests' per-iteration summary of this row, or None without ``-I``."""
+        return iter_stats(self.iter_times_us, self.iter_skip) if self.iter_times_us else None
