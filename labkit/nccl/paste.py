@@ -20,11 +20,9 @@ traces, comments. Values stay unexpanded (``$VAR`` kept) with quotes removed, as
 them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
 "named, value not given": listed in ``named``, not in ``env``.
 
-Not settings: log output that prints them as ``NAME: value`` (PyTorch's ProcessGroupNCCL logs its
-options so at start-up: ``NCCL_DEBUG: N/A`` next to ``TIMEOUT(ms): 1800000``), which is read as
-a note, not as a YAML env map. Besides the variables, ``ParsedEnv.job`` says what the paste
-shows of the job: a benchmark's collectives, the node count, the values whose ``~`` the shell
-expands (``labkit.nccl.parsed``).
+Not settings: log output that prints them as ``NAME: value`` (``labkit.nccl.logoutput``).
+Besides the variables, ``ParsedEnv.job`` says what the paste shows of the job: a benchmark's
+collectives, the node count, the values whose ``~`` the shell expands (``labkit.nccl.parsed``).
 """
 
 from __future__ import annotations
@@ -36,8 +34,15 @@ from dataclasses import replace
 
 from labkit.nccl import ncclconf, pydict
 from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
+from labkit.nccl.logoutput import LOG_NOTE, log_run
 from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge, node_count
-from labkit.nccl.shellwords import RAW_ASSIGNMENT, Word, split_words, tilde_expands
+from labkit.nccl.shellwords import (
+    RAW_ASSIGNMENT,
+    Word,
+    drop_continuation_prompts,
+    split_words,
+    tilde_expands,
+)
 from labkit.nccl.yamlenv import EnvBlock, is_null, yaml_scalar
 
 __all__ = ["Assignment", "ParsedEnv", "parse_env"]
@@ -74,7 +79,6 @@ _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
 _MAX_SPAN = 20  # physical lines one quoted value may span
-_PS2 = re.compile(r"[ \t]*>[ \t]+")  # the secondary prompt before a continued line
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
 # "I worked ...", "2. If I set ...", "set X=0 and it works": a sentence, not a command line
 _SENTENCE = re.compile(r"\s*(?:\d{1,2}[.)]\s+)?(?:[A-Z][a-z']*[,:]?|set|try|use|with|then|and)\s"
@@ -84,24 +88,9 @@ _PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`;()<>]+?)"
 _WATCHED_KEY = re.compile(_WATCHED)
 _LEAD_IN = re.compile(rf"[^=`'\"]*?:\s+(?=(?:{_WATCHED})=)")  # "the command is : NCCL_X=1 ./run"
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
-# A "key: value" line of log output, not of an env map: a key with a unit in brackets, which no
-# environment variable name has (TIMEOUT(ms)), or a key PyTorch's ProcessGroupNCCL logs among
-# its options that no process reads from the environment. ProcessGroupNCCL.cpp logs them as
-# "KEY: value", one per line in older releases ("ProcessGroupNCCL initialized with following
-# options:\nNCCL_ASYNC_ERROR_HANDLING: ...\nTIMEOUT(ms): ...\nUSE_HIGH_PRIORITY_STREAM: ...
-# \nNCCL_DEBUG: ..."), comma-separated on one line in recent ones ("TIMEOUT(ms): ...,
-# USE_HIGH_PRIORITY_STREAM: ..., SPLIT_FROM: ..., SPLIT_COLOR: ..., PG Name: ..."; "NCCL
-# version: ..."). torch 2.13's headers read TORCH_NCCL_HIGH_PRIORITY, not USE_HIGH_PRIORITY_STREAM.
-_LOG_LINE = re.compile(r"(?:^\s*|,\s*)(?:[A-Za-z_][\w.-]*[(\[][^()\[\]\s]*[)\]]|"
-                       r"USE_HIGH_PRIORITY_STREAM|SPLIT_FROM|SPLIT_COLOR|PG Name|NCCL version)"
-                       r"\s*:\s+\S")
-LOG_NOTE = ("read as log output, not settings: 'NAME: value' lines next to {key!r}, which is "
-            "not a variable (PyTorch's ProcessGroupNCCL logs its options this way at start-up)")
-
-
 def parse_env(text: str) -> ParsedEnv:
     """Read every variable a pasted block sets, whatever its shape (see the module docstring)."""
-    text = _drop_continuation_prompts(
+    text = drop_continuation_prompts(
         text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
     reader = _Reader(text)
     reader.run()
@@ -115,20 +104,6 @@ def parse_env(text: str) -> ParsedEnv:
             reader = unprompted
     parsed = reader.result()
     return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env))
-
-
-def _drop_continuation_prompts(text: str) -> str:
-    """Blank the shell's secondary prompt (``> ``) at the start of a line that a ``\\`` line
-    continues, as an interactive shell shows a command typed over several lines; same length,
-    so line numbers and offsets stay."""
-    if "\\\n" not in text:
-        return text
-    lines = text.split("\n")
-    for n in range(1, len(lines)):
-        before = lines[n - 1]
-        if (len(before) - len(before.rstrip("\\"))) % 2 and (m := _PS2.match(lines[n])):
-            lines[n] = " " * m.end() + lines[n][m.end():]
-    return "\n".join(lines)
 
 
 class _Reader:
@@ -257,33 +232,16 @@ class _Reader:
         return self._shell(i)
 
     def _log_output(self, i: int) -> bool:
-        """Whether line ``i``, a bare ``NAME: value``, is log output: its run of lines (up to a
-        blank line or a fence) holds, at the same indentation, a ``key: value`` line whose key
-        no env map has (``_LOG_LINE``). The run gets one note, on its first line; each line of
-        it is looked at once, however many settings it holds."""
+        """Whether line ``i``, a bare ``NAME: value``, is log output (``labkit.nccl.logoutput``);
+        its run gets one note, on its first line, and each line of it is looked at once."""
         indent = len(self.lines[i]) - len(self.lines[i].lstrip())
         if (i, indent) not in self.logs:
-            first = last = i
-            while first > 0 and self._in_run(first - 1):
-                first -= 1
-            while last + 1 < len(self.lines) and self._in_run(last + 1):
-                last += 1
-            key = None
-            for n in range(first, last + 1):
-                line = self.lines[n]
-                match = _LOG_LINE.search(line) if len(line) - len(line.lstrip()) == indent \
-                    else None
-                if match and key is None:
-                    key = match.group().split(":")[0].strip(" \t,")
+            first, last, key = log_run(self.lines, i, indent)
             for n in range(first, last + 1):
                 self.logs[(n, indent)] = key
             if key is not None:
                 self.notes.append((first + 1, LOG_NOTE.format(key=key)))
         return self.logs[(i, indent)] is not None
-
-    def _in_run(self, n: int) -> bool:
-        stripped = self.lines[n].strip()
-        return bool(stripped) and not stripped.startswith(("```", "~~~"))
 
     def _code_span(self, i: int) -> int | None:
         """A Markdown code span opening a line and closing at the end of a later one

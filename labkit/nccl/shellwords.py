@@ -295,3 +295,20 @@ def _closing(text: str, i: int, end: int) -> int | None:
                 return i + 1
         i += 1
     return None
+
+
+_PS2 = re.compile(r"[ \t]*>[ \t]+")  # the secondary prompt before a continued line
+
+
+def drop_continuation_prompts(text: str) -> str:
+    """Blank the shell's secondary prompt (``> ``) at the start of a line that a ``\\`` line
+    continues, as an interactive shell shows a command typed over several lines; same length,
+    so line numbers and offsets stay."""
+    if "\\\n" not in text:
+        return text
+    lines = text.split("\n")
+    for n in range(1, len(lines)):
+        before = lines[n - 1]
+        if (len(before) - len(before.rstrip("\\"))) % 2 and (m := _PS2.match(lines[n])):
+            lines[n] = " " * m.end() + lines[n][m.end():]
+    return "\n".join(lines)
