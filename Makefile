@@ -15,7 +15,8 @@ endif
 STAMP := .make/installed-$(shell echo "$(abspath $(ENV_PYTHON))" | cksum | cut -d' ' -f1)
 ARGS ?=
 # Test processes for `make test`: pytest-xdist workers, each module's tests on one of them (a
-# module's shared launch runs once), the notebooks spread over both. 1 runs the suite serially.
+# module's shared launch runs once), the notebooks spread over both, heaviest first
+# (tests/scheduling.py). 1 runs the suite serially.
 TEST_WORKERS ?= 2
 ifeq ($(TEST_WORKERS),1)
   PARALLEL :=

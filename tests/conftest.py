@@ -56,14 +56,27 @@ def leftover_processes() -> Callable[..., list[str]]:
     return find_leftover_processes
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (``make test``): every module's tests stay on one
-    worker, so a module-scoped fixture (a shared launch, a cluster) runs once; the notebooks,
-    each a job of its own, spread over the workers."""
-    for item in items:
-        if item.get_closest_marker("notebook") is None and item.module is not None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help="rewrite tests/durations.json (seconds per unit of work) from this run")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("store_durations") and not _WORKER:
+        from scheduling import DurationRecorder
+
+        config.pluginmanager.register(DurationRecorder(), "labkit-durations")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """``make test`` (``--dist loadgroup``): each module's tests on one worker, so a launch they
+    share runs once, each notebook on its own, heaviest first (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from scheduling import ModuleScheduling
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
