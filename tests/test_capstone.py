@@ -21,13 +21,15 @@ from labkit.capstone import (
     CapstoneReport,
     build_report,
     contiguous_runs,
-    run_capstone,
 )
+from labkit.course.runner import run_course
 from labkit.errors import ParameterError
 from labkit.locks import FencedLock, FencedStore, StaleTokenError
 from labkit.observability import PrometheusServer
 from labkit.services import RedisServer
 
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+# notebooks/smoke.yml's 15_capstone sizes: the notebook's run is the one these tests read.
 SMALL = dict(steps=30_000, kill_slot=3, kill_at_update=8, checkpoint_every_updates=5)
 
 
@@ -76,8 +78,20 @@ def test_alert_samples_group_into_stretches():
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[CapstoneReport, Path]:
+    """Notebook 15 at smoke size (the SMALL run), through papermill: the capstone's one run in
+    the suite (tests/test_notebooks.py leaves this notebook to this module)."""
     out = tmp_path_factory.mktemp("capstone")
-    return run_capstone(CapstoneConfig(**SMALL), out_dir=out), out
+    result = run_course(NOTEBOOKS, out=out, smoke=True, only=["15_capstone"], progress=False)
+    [outcome] = result.results
+    assert outcome.ok, f"15_capstone failed: {outcome.error}"
+    folder = out / "capstone"
+    return CapstoneReport.load(folder / REPORT_FILE), folder
+
+
+@pytest.mark.slow
+def test_the_notebook_ran_the_small_configuration(report):
+    rep, _ = report
+    assert {key: rep.config[key] for key in SMALL} == SMALL
 
 
 @pytest.mark.slow
@@ -116,6 +130,7 @@ def test_the_report_is_saved_as_json_and_a_figure(report):
     rep, out = report
     saved = json.loads((out / REPORT_FILE).read_text())
     assert saved["lost_work"] == rep.lost_work and saved["kill"] == rep.kill
+    assert saved == rep.to_dict()
     assert (out / "capstone_report.png").stat().st_size > 10_000
     for key in ("throughput", "lag", "restarts", "lost_work", "final_return"):
         assert key in rep.summary()

@@ -8,11 +8,11 @@ import json
 import math
 import os
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labkit.errors import LaunchError
+from labkit.errors import LaunchError, ParameterError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -71,6 +71,16 @@ class CapstoneReport:
             out.pop(key)
         out["metrics"] = {k: v for k, v in self.metrics.items() if k != "series"}
         return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CapstoneReport:
+        """A report saved by :meth:`save` (its ``capstone_report.json``), e.g. a notebook's run."""
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ParameterError(f"{path} is not a capstone report ({type(exc).__name__}: "
+                                 f"{exc})") from None
 
     def save(self, out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
         """``capstone_report.json`` and ``capstone_report.png`` in ``out_dir``."""
