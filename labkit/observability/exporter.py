@@ -50,6 +50,13 @@ class RankMetrics:
         self.collective_latency = Histogram(
             "labkit_collective_latency_seconds", "Seconds one collective call took on this rank",
             ["op", "size_bytes"], buckets=LATENCY_BUCKETS, registry=reg)
+        self.collectives_started = Counter(
+            "labkit_collectives_started", "Collective calls this rank entered (the latency "
+            "histogram counts those that returned)", ["op"], registry=reg)
+        self.in_flight = Gauge("labkit_in_flight", "Calls this rank is inside now: a "
+                               "collective or a lock wait", ["kind", "op"], registry=reg)
+        self.step_seconds = Histogram("labkit_step_seconds", "Seconds one agent step took "
+                                      "on this rank", buckets=LATENCY_BUCKETS, registry=reg)
         self.pair_latency = Gauge(
             "labkit_pair_latency_seconds",
             "One-way latency src->dst: median of ping-pong round trips / 2, measured by src",
@@ -84,6 +91,19 @@ class RankMetrics:
     # What the lessons call.
     def observe_collective(self, op: str, size_bytes: int, seconds: float) -> None:
         self.collective_latency.labels(op=op, size_bytes=str(size_bytes)).observe(seconds)
+
+    def enter(self, kind: str, op: str) -> None:
+        """A collective (``kind="collective"``) or lock wait begins: counted and in flight."""
+        if kind == "collective":
+            self.collectives_started.labels(op=op).inc()
+        self.in_flight.labels(kind=kind, op=op).inc()
+
+    def leave(self, kind: str, op: str) -> None:
+        """It returned (or failed): no longer in flight."""
+        self.in_flight.labels(kind=kind, op=op).dec()
+
+    def observe_step(self, seconds: float) -> None:
+        self.step_seconds.observe(seconds)
 
     def set_pair_latency(self, src: int, dst: int, seconds: float) -> None:
         self.pair_latency.labels(src=str(src), dst=str(dst)).set(seconds)

@@ -50,6 +50,9 @@ STATES = ("starting", "running", "draining", "left")
 
 DEAD = "dead"
 
+STANDARD_FIELDS = ("state", "pid", "host", "node", "rank", "step", "since", "ts", "ttl_ms")
+"""The fields every beat writes; a Heartbeat's ``extra`` fields come beside them."""
+
 
 
 """How :func:`spawn_agent` hands the Redis URL to an agent (the environment, not argv)."""
@@ -148,8 +151,12 @@ class Heartbeat:
 
     def __init__(self, url: str, job: str, name: str, *, ttl_s: float = 3.0,
                  interval_s: float = 1.0, node: int | None = None,
-                 rank: int | None = None) -> None:
+                 rank: int | None = None, extra: dict[str, str] | None = None) -> None:
         self.job, self.name = _check_name("job", job), _check_name("name", name)
+        self.extra = {str(k): str(v) for k, v in (extra or {}).items()
+                      if k not in STANDARD_FIELDS}
+        """More fields for every beat (where this agent serves metrics, where it dumps), so a
+        watcher finds them with the agent; the standard fields cannot be overridden."""
         self.ttl_s, self.interval_s = _check_timing(ttl_s, interval_s)
         self.node, self.rank = node, rank
         self.url = url
@@ -248,7 +255,7 @@ class Heartbeat:
         def text(value: object) -> str:
             return "" if value is None else str(value)
 
-        return {"state": self._state, "pid": str(os.getpid()), "host": self._host,
+        return {**self.extra, "state": self._state, "pid": str(os.getpid()), "host": self._host,
                 "node": text(self.node), "rank": text(self.rank), "step": text(self._step),
                 "since": repr(self._since), "ts": repr(time.time()),
                 "ttl_ms": str(round(self.ttl_s * 1000))}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from labkit.errors import ParameterError, ServiceError
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     pass
 from labkit.orchestration.control import (
     DEAD,
+    STANDARD_FIELDS,
     STATES,
     STATUS_TIMEOUT_S,
     _check_name,
@@ -42,6 +43,7 @@ class AgentStatus:
     rank: int | None = None
     step: int | None = None
     last_state: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)  # the agent's Heartbeat(extra=...)
 
     @property
     def alive(self) -> bool:
@@ -115,7 +117,8 @@ def fleet_status(url: str, job: str, *, timeout_s: float = STATUS_TIMEOUT_S) -> 
             name=name, state=state, age_s=age, pid=_int(info.get("pid", "")),
             host=info.get("host") or None, node=_int(info.get("node", "")),
             rank=_int(info.get("rank", "")), step=_int(info.get("step", "")),
-            last_state=last_state))
+            last_state=last_state,
+            extra={k: str(v) for k, v in info.items() if k not in STANDARD_FIELDS}))
     return statuses
 
 
