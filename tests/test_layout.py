@@ -27,11 +27,12 @@ LEVELS = {
     "services": 2,
     "course": 3,
     # topics that stand on the layers alone
-    "nccl": 4, "cluster": 4, "collectives": 4, "buffers": 4, "locks": 4, "hangs": 4, "reliability": 4,
+    "nccl": 4, "cluster": 4, "collectives": 4, "buffers": 4, "locks": 4, "reliability": 4,
     "observability": 4,
     # topics that build on one of those
     "rl": 5, "scaling": 5, "cost": 5, "orchestration": 5,
     "training": 6,
+    "hangs": 6,  # its live watch reads what observability and orchestration publish
     "capstone": 7,
     "gpu": 8,
     "cli": 9, "__main__": 10,
@@ -42,6 +43,7 @@ MAX_LINES = 400
 # and the module would run twice over).
 RUN_AS_MAIN = ("labkit.orchestration.control_agent", "labkit.orchestration.election_member",
                "labkit.training.fixed_lag", "labkit.buffers.bench_agent", "labkit.locks.agent",
+               "labkit.hangs.fr_analyze_child",
                "labkit.runtime.worker")
 
 

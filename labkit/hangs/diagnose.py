@@ -17,7 +17,8 @@ that took its locks against the global (alphabetical) order: **lock_order**.
 Times: ``hang_started_at`` is the first start, on any rank, of the collective (or the last lock
 wait) that never completed everywhere (for a dead rank whose peers never blocked: their last
 finished call); ``detected_at`` the first failure on any rank (a timeout, a mismatch, a lost
-peer, a lock timeout), a recorder watchdog dump, or else the first SIGTERM from torchrun.
+peer, a lock timeout), a recorder watchdog dump, or else the first SIGTERM (from torchrun, or a
+live watch ending the job).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def _first_detection(dumps: dict[int, dict]) -> tuple[float | None, str, list[st
         if not stops:
             return None, "not detected", []
         t, rank, why = min(stops)
-        return t, "torchrun stopped the ranks", [f"rank {rank}: {why}"]
+        return t, "SIGTERM stopped the ranks (torchrun, or a watch)", [f"rank {rank}: {why}"]
     found.sort()
     first_at, first_rank, first = found[0]
     evidence = [f"first to notice: rank {first_rank}: {first.splitlines()[0][:240]}"]
@@ -242,10 +243,12 @@ def _compare_sequences(dumps: dict[int, dict], world_size: int) -> Diagnosis:
 
 
 def diagnose(dumps: dict[int, dict], world_size: int,
-             stacks: dict[int, str] | None = None) -> Diagnosis:
-    """The culprit from the dumps (``load_dumps``) and main-thread stacks (optional)."""
+             stacks: dict[int, str] | None = None, at: float | None = None) -> Diagnosis:
+    """The culprit from the dumps (``load_dumps``) and main-thread stacks (optional). ``at``:
+    the moment to look for a lock cycle when nothing failed yet (a live watch's alarm)."""
     detected_at, detected_by, tool_evidence = _first_detection(dumps)
-    result = (_lock_cycle(dumps, detected_at) if detected_at is not None else None) \
+    moment = detected_at if detected_at is not None else at
+    result = (_lock_cycle(dumps, moment) if moment is not None else None) \
         or _compare_sequences(dumps, world_size)
     named = [int(m[1]) for line in tool_evidence if (m := NAMED.match(line))]
     if result.culprit_rank is None and named:  # monitored_barrier named the rank

@@ -13,6 +13,12 @@ Python stacks go to ``stacks-rank<R>.txt`` next to it, by :mod:`faulthandler`: o
 C-level handler, so it works even while the rank is blocked inside a C++ collective), on
 ``kill -USR1 <pid>``, on a failure and on a watchdog trigger.
 
+On demand, while the rank is alive and blocked: ``kill -USR1 <pid>`` writes the stacks (C level)
+and wakes a thread of the recorder (``signal.set_wakeup_fd``: Python's C handler writes the signal
+number to a socket), which dumps the buffer, and PyTorch's flight recorder through
+``labkit.hangs.torch_fr`` when one is attached; SIGTERM does the same, then exits. A Python
+signal handler alone would wait for the blocked main thread to return to Python.
+
 One writer (the rank's main thread) changes the buffer; dumps only read it, so a dump from the
 signal handler or the watchdog thread needs no lock (a lock could deadlock a signal handler).
 """
@@ -26,6 +32,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -33,10 +40,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labkit.hangs.torch_fr import TorchFlightRecorder
 
 DUMP_FOLDER = "hangs"  # inside the launch's run dir
 WATCHDOG_SLACK_S = 1.0  # the backend's own timeout error should come first
+ON_DEMAND = "on demand"  # how a dump asked for with SIGUSR1 starts its reason
+IN_FLIGHT = ("started", "waiting")  # the states of a call that has not returned
+Listener = Callable[["Event", str], None]  # (event, "begin" | "end"): what a live exporter sees
 RECORDED_OPS = (
     "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "gather",
     "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
@@ -98,6 +111,8 @@ class Recorder:
         self._tmp_ids = itertools.count()
         self._stacks = open(stacks_path(self.folder, rank), "a")  # faulthandler writes to it
         self._stop = threading.Event()
+        self.listeners: list[Listener] = []
+        self.torch_fr: TorchFlightRecorder | None = None  # PyTorch's recorder, dumped with ours
 
     # --- recording ------------------------------------------------------------------------
     def begin(self, kind: str, op: str, shapes: list[list[int]] | None = None, dtype: str = "",
@@ -106,15 +121,25 @@ class Recorder:
         event = Event(kind, self._seq[kind], op, shapes or [], dtype, state, time.time(),
                       info=info)
         self.events.append(event)
+        self._notify(event, "begin")
         return event
 
     def end(self, event: Event, state: str = "completed") -> None:
         event.state, event.ended_at = state, time.time()
+        self._notify(event, "end")
+
+    def _notify(self, event: Event, phase: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(event, phase)
+            except Exception:  # noqa: BLE001 (an exporter's trouble never reaches the job)
+                pass
 
     def fail(self, event: Event, exc: BaseException) -> None:
         """Record the error (a timeout, a mismatch, a lost peer), then dump stacks and buffer."""
         event.state, event.ended_at = "failed", time.time()
         event.error = f"{type(exc).__name__}: {exc}"[:3000]
+        self._notify(event, "end")
         reason = f"{event.op} seq {event.seq} failed: {type(exc).__name__}"
         self.dump_stacks(reason)
         self.dump(reason)
@@ -138,11 +163,13 @@ class Recorder:
             "timeout_s": self.timeout_s, "reason": reason, "dumped_at": time.time(),
             "triggers": list(self.triggers), "held_locks": list(self.held_locks),
             "events": [asdict(e) for e in list(self.events)],
-            "torch_flight_recorder": torch_flight_recorder(),
         }
 
     def dump(self, reason: str) -> Path:
-        """Write the buffer to ``rank<R>.json`` atomically (a reader never sees half a file)."""
+        """Write the buffer to ``rank<R>.json`` atomically (a reader never sees half a file),
+        PyTorch's flight recorder first when one is attached."""
+        if self.torch_fr is not None:
+            self.torch_fr.dump(reason)
         self.triggers.append((time.time(), reason))
         target = dump_path(self.folder, self.rank)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{next(self._tmp_ids)}.tmp")
@@ -166,14 +193,39 @@ class Recorder:
             if fn is not None and not hasattr(fn, "__labkit_recorded__"):
                 setattr(dist, name, self._wrap(name, fn))
         signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGUSR1, _ignore)  # the wake-up thread does the work
+        self._wake_on_signals()
         # C-level dumps first (they work while the main thread is blocked in C++), then chain
-        # to the Python handler above, which runs once the main thread gets back to Python.
-        faulthandler.register(signal.SIGTERM, self._stacks, all_threads=True, chain=True)
-        faulthandler.register(signal.SIGUSR1, self._stacks, all_threads=True)
+        # to the Python handlers above (they write the signal number to the wake-up socket).
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            faulthandler.register(signum, self._stacks, all_threads=True, chain=True)
         faulthandler.enable(self._stacks, all_threads=True)  # a crash leaves its stack too
         atexit.register(self._detach_signals)
         threading.Thread(target=self._watch, name="labkit-hang-watchdog", daemon=True).start()
         return self
+
+    def _wake_on_signals(self) -> None:
+        """Python's C signal handler writes each signal's number to this socket at once, so a
+        thread acts on SIGUSR1/SIGTERM while the main thread is blocked in C++."""
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        try:
+            signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: the Python handlers alone, later
+            reader.close()
+            writer.close()
+            return
+        self._wake = (reader, writer)  # kept open for the life of the process
+        threading.Thread(target=self._serve_signals, args=(reader,), daemon=True,
+                         name="labkit-hang-signals").start()
+
+    def _serve_signals(self, reader: socket.socket) -> None:
+        while data := reader.recv(64):
+            for signum in data:
+                if signum == signal.SIGUSR1:
+                    self.dump(f"{ON_DEMAND} (SIGUSR1)")
+                elif signum == signal.SIGTERM:
+                    self._on_signal(signum, None)
 
     def _wrap(self, name: str, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -186,8 +238,10 @@ class Recorder:
     def _detach_signals(self) -> None:
         """At exit, give SIGTERM back before the interpreter finalizes its signal handling:
         faulthandler chaining into a finalized Python handler crashes (SIGSEGV)."""
-        faulthandler.unregister(signal.SIGTERM)
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            faulthandler.unregister(signum)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a late request finds nobody to dump
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.dump(f"signal {signal.Signals(signum).name}")
@@ -215,18 +269,6 @@ class Recorder:
         self.dump(reason)
 
 
-def torch_flight_recorder(last: int = 8) -> list[list[Any]]:
-    """The last entries of PyTorch's own flight recorder, which in torch 2.13 records gloo
-    collectives too (a private API: ``_dump_fr_trace_json``): [seq, name, input sizes,
-    retired]. "retired" means finished, failed included; gloo entries stay "scheduled", with no
-    start/end times. Empty where it is missing or off, or torch is not loaded."""
-    if "torch" not in sys.modules:
-        return []
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
 
-        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries", [])
-    except Exception:  # optional evidence: any failure means none
-        return []
-    return [[e.get("collective_seq_id"), e.get("profiling_name"), e.get("input_sizes"),
-             e.get("retired")] for e in entries[-last:]]
+def _ignore(signum: int, frame: object) -> None:
+    """SIGUSR1's Python handler: nothing (the wake-up thread dumped already)."""
