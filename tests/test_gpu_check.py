@@ -59,7 +59,7 @@ def test_without_cuda_every_check_skips_with_its_reason_and_no_job_starts(monkey
     for c in report.checks:
         assert c.status == "skipped", c
         assert c.reason.startswith("no CUDA device: torch.cuda.is_available() is False"), c
-    assert report.ok and report.counts() == {"passed": 0, "failed": 0, "skipped": 6}
+    assert report.ok and report.counts() == {"passed": 0, "failed": 0, "skipped": len(CHECK_NAMES)}
     assert report.torch_version == torch.__version__ and report.devices == []
 
 
@@ -85,7 +85,7 @@ def test_the_command_skips_everything_here_exits_0_and_leaves_nothing_running(
 def test_the_table_has_a_row_per_check(capsys):
     assert main(["gpu-check"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("labkit gpu-check: 0 passed, 0 failed, 6 skipped")
+    assert out.startswith(f"labkit gpu-check: 0 passed, 0 failed, {len(CHECK_NAMES)} skipped")
     for name in CHECK_NAMES:
         assert any(line.startswith(name) and " skipped " in line for line in out.splitlines())
 
@@ -273,6 +273,29 @@ def test_the_capstone_must_train_its_updates_with_the_learner_on_the_gpu():
 def test_the_bench_timing_finding_reads_the_bench_itself():
     source = (REPO / "labkit/collectives/bench_rank.py").read_text()
     assert bench_uses_cuda_events() == ("cuda.Event(" in source)
+
+
+def test_the_hang_check_wants_the_watch_in_half_the_timeout_and_nccl_dumps_from_every_rank():
+    from labkit.gpu.hang_check import judge_hang
+    from labkit.hangs.fr_analyze import TorchVerdict
+    from labkit.hangs.run import HangReport
+    from labkit.hangs.watch import WatchResult
+
+    watch = WatchResult("j", "hang", alarm_at=101.0, hang_started_at=100.0, culprit_rank=2,
+                        kind="ahead", op="all_reduce", seq=5)
+    writers = {r: {"rank": r, "backend": "nccl"} for r in range(3)}
+    report = HangReport("extra_collective", "", 3, 20.0, False, None, "", 2, 2, "ahead",
+                        "all_reduce", 5, watch=watch, torch_writers=writers,
+                        torch=TorchVerdict(True, [0, 1], "missing", "nccl:all_reduce", 5,
+                                           cli_ok=True, cli_says="Not all ranks joining"))
+    summary, details = judge_hang(report)
+    assert "rank 2" in summary and details["backends"] == ["nccl"]
+    late = WatchResult("j", "hang", alarm_at=115.0, hang_started_at=100.0, culprit_rank=2)
+    with pytest.raises(CheckFailed, match="within half the timeout"):
+        judge_hang(HangReport(**{**report.__dict__, "watch": late}))
+    gloo = {r: {"rank": r, "backend": "gloo"} for r in range(3)}
+    with pytest.raises(CheckFailed, match="NCCL flight-recorder dumps"):
+        judge_hang(HangReport(**{**report.__dict__, "torch_writers": gloo}))
 
 
 def test_startup_allowance_is_only_measured_when_a_check_runs(monkeypatch):

@@ -2,8 +2,9 @@
 host's GPUs and reported as passed, failed or skipped with a reason (docs/gpu-check.md).
 
 - ``check``: ``run_checks`` -> ``GpuReport`` of ``CheckResult``; the host's versions; the table.
-- ``checks``: the six checks (dist setup, collectives, NCCL debug log, DDP bucket views,
-  checkpoint, capstone) and how each is limited.
+- ``checks``: the seven checks (dist setup, collectives, NCCL debug log, DDP bucket views,
+  checkpoint, capstone, and lesson 11's hang on NCCL from ``hang_check``) and how each is
+  limited; ``outcome``: what a check returns or raises.
 - ``jobs`` (ranks: ``jobs_rank.py``): the checks' own torchrun jobs.
 - ``cli``: the command's options.
 """

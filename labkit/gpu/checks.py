@@ -1,4 +1,4 @@
-"""The six GPU checks: each runs one CUDA/NCCL path the course relies on, small, and says what
+"""The seven GPU checks (lesson 11's, ``hang``, lives in ``hang_check``): each runs one CUDA/NCCL path the course relies on, small, and says what
 it measured.
 
 A check is a function of a :class:`Context` (how many GPUs, its deadline) that returns a one-line
@@ -14,14 +14,15 @@ import importlib.util
 import math
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labkit.errors import LabkitError
+from labkit.gpu.hang_check import hang_on_nccl
 from labkit.gpu.jobs import run_job
+from labkit.gpu.outcome import CheckFailed, CheckSkipped, Context, Outcome  # noqa: F401 (surface)
+from labkit.gpu.outcome import fail_if as _fail_if
 from labkit.runtime.dist import BACKEND_ENV
 
 if TYPE_CHECKING:
@@ -36,44 +37,6 @@ DDP_MODEL_MB, DDP_ITERS = 64, 5
 CAPSTONE_STEPS = 2560  # 1 actor x 4 envs x 32 steps a rollout: 20 learner updates
 VIEW_SAVING_MIN = 0.5  # of one gradient copy: lesson 08 says views save about one copy
 EXCERPT_LINES = 20
-
-
-class CheckFailed(LabkitError):
-    """The path ran and something is wrong: ``reason`` in one line, ``details`` measured."""
-
-    def __init__(self, reason: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.details = reason, details or {}
-
-
-class CheckSkipped(LabkitError):
-    """The check cannot run here; the message says why."""
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a check may use: the local GPUs and the moment its limit ends."""
-
-    gpus: int
-    deadline: float  # time.monotonic() value
-    startup_s: float  # allowance for starting one torchrun job's processes here
-
-    @property
-    def nproc(self) -> int:
-        """Ranks per job: one per local GPU, at least one."""
-        return max(1, self.gpus)
-
-    def left(self, reserve_s: float = 0.0) -> float:
-        """Seconds until the deadline, less ``reserve_s``, never below one."""
-        return max(1.0, self.deadline - time.monotonic() - reserve_s)
-
-
-Outcome = tuple[str, dict[str, Any]]
-
-
-def _fail_if(problems: list[str], details: dict[str, Any]) -> None:
-    if problems:
-        raise CheckFailed("; ".join(problems), details)
 
 
 def dist_setup(ctx: Context) -> Outcome:
@@ -327,5 +290,7 @@ CHECKS = (
           checkpoint, ranks=1),
     Check("capstone", "a short capstone with the learner on cuda:0", capstone, ranks=2,
           work_s=90.0),
+    Check("hang", "lesson 11's extra_collective on NCCL: live watch, NCCL flight recorder, "
+          "torchfrtrace", hang_on_nccl, ranks=3, work_s=60.0),
 )
 CHECK_NAMES = tuple(c.name for c in CHECKS)
