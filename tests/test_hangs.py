@@ -174,8 +174,8 @@ def test_nccl_env_names_exist_in_this_torch():
     if not (headers / "ProcessGroupNCCL.hpp").exists():
         pytest.skip("this torch ships no c10d headers")
     text = "".join(p.read_text(errors="replace") for p in headers.glob("*.hpp"))
-    for name in nccl_hang_env():
-        if name.startswith("TORCH_NCCL_") and name != "TORCH_NCCL_DEBUG_INFO_TEMP_FILE":
+    for name in nccl_hang_env():  # TORCH_FR_DUMP_TEMP_FILE is in the library's strings only
+        if name.startswith(("TORCH_NCCL_", "TORCH_FR_")) and name != "TORCH_FR_DUMP_TEMP_FILE":
             assert f'"{name}"' in text, name
     assert "ProcessGroupWrapper" in text  # what DETAIL wraps the group in
 

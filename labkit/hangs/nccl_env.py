@@ -18,7 +18,10 @@ Failing is half the job; finding *who* hangs is the other: ``TORCH_DISTRIBUTED_D
 (collective fingerprint checks), the NCCL flight recorder (below), and on gloo
 ``dist.monitored_barrier(wait_all_ranks=True)``. Every name here was checked against torch
 2.13's headers (``ProcessGroupNCCL.hpp``, ``FlightRecorder.hpp``), its Python sources or, for
-``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, the strings of ``libtorch_cpu.so``. Defaults quoted are
+``TORCH_FR_DUMP_TEMP_FILE`` (and its legacy name ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), the
+strings of ``libtorch_cpu.so``. The flight recorder's variables have backend-neutral names
+since it records gloo too (``TORCH_FR_BUFFER_SIZE`` first, ``TORCH_NCCL_TRACE_BUFFER_SIZE``
+still read); ``labkit.hangs.torch_fr`` switches it on the same way in every scenario. Defaults quoted are
 the ones those sources state; the CPU wheel does not ship ProcessGroupNCCL.cpp, so the default
 dump location is not quoted.
 """
@@ -42,13 +45,14 @@ def nccl_hang_env(dump_prefix: str = "/tmp/nccl_trace_rank_") -> dict[str, EnvSe
             "DETAIL", "wraps the group in ProcessGroupWrapper: before every collective a "
             "monitored barrier names missing ranks and a fingerprint check (op, shapes, "
             "dtypes) fails at once on a mismatch; slow, for debugging only"),
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": EnvSetting(
+        "TORCH_FR_BUFFER_SIZE": EnvSetting(
             "2000", "flight recorder: keep each rank's last 2000 collective events (2000 is "
-            "the 2.13 default, 0 turns it off; TORCH_FR_BUFFER_SIZE is the newer name)"),
+            "the 2.13 default, 0 turns it off; TORCH_NCCL_TRACE_BUFFER_SIZE is the old name)"),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": EnvSetting(
             "1", "write the flight recorder to a file when the watchdog sees a timeout"),
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": EnvSetting(
-            dump_prefix, "where the dumps go: this prefix followed by the rank"),
+        "TORCH_FR_DUMP_TEMP_FILE": EnvSetting(
+            dump_prefix, "where the dumps go: this prefix followed by the rank (the old name "
+            "is TORCH_NCCL_DEBUG_INFO_TEMP_FILE); read them with torchfrtrace DIR -p PREFIX"),
         "TORCH_NCCL_ENABLE_MONITORING": EnvSetting(
             "1", "dump-on-timeout needs the monitoring thread (ProcessGroupNCCL.hpp)"),
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": EnvSetting(
