@@ -27,13 +27,14 @@ from labkit.buffers.bench_report import (
     sweep_summary,
 )
 from labkit.buffers.bench_tracking import Spans
+from labkit.errors import ParameterError
 
 ROW_KEYS = {"impl", "push_per_s", "pull_per_s", "e2e_per_s", "redis_benchmark_rpush_per_s",
             "lost", "duplicates", "malformed", "pushed", "server_cpu_push", "server_cpu_e2e",
             "lead_s", "late_start_s", "end_spread_s", "push_overlap", "e2e_overlap", "skipped",
             "chunk", "parser", "server_cpu_pull", "agents_cpu_push", "agents_cpu_e2e",
             "learner_cpu_pull", "learner_cpu_e2e", "push_mb_per_s", "pull_mb_per_s",
-            "e2e_mb_per_s"}
+            "e2e_mb_per_s", "rounds", "e2e_rounds"}
 TOP_KEYS = {"benchmark", "agents", "payload", "seconds", "batch", "results", "redis_version",
             "redis_benchmark_rpush_per_s", "list_vs_guide_e2e", "list_vs_redis_benchmark",
             "item_bytes", "chunk", "chunks_per_push", "redis_benchmark_mb_per_s",
@@ -96,9 +97,10 @@ def test_ratios(report: dict) -> None:
 @pytest.fixture(scope="module")
 def chunked() -> dict:
     """Chunks through the list buffer (pulled as chunks, redis-py's own parser) and the stream
-    buffer (pulled per experience), on the same two agents."""
+    buffer (pulled per experience), on the same two agents, in two rounds taking turns."""
     return measure_specs([("list", 8, "python"), ("stream", 4, None)], agents=2, payload=256,
-                         seconds=0.4, batch=20, chunks_per_push=2, redis_benchmark=False)
+                         seconds=0.4, batch=20, chunks_per_push=2, redis_benchmark=False,
+                         rounds=2)
 
 
 @pytest.mark.slow
@@ -113,6 +115,27 @@ def test_chunks_are_delivered_once_and_intact(chunked: dict) -> None:
         assert row["agents_cpu_push"] >= 0 and row["learner_cpu_pull"] >= 0
     assert by["list"]["duplicates"] == 0 and by["stream"]["duplicates"] == 0
     assert by["list"]["pushed"] % 8 == 0  # whole chunks
+    for row in chunked["results"]:  # two rounds: medians, every round's rate kept, counts summed
+        assert chunked["rounds"] == row["rounds"] == 2 and len(row["e2e_rounds"]) == 2
+        measured = sorted(v for v in row["e2e_rounds"] if v is not None)
+        if len(measured) == 2:
+            assert row["e2e_per_s"] == pytest.approx(sum(measured) / 2, rel=1e-3)
+
+
+def test_rounds_combine_into_medians_sums_and_the_worst_start() -> None:
+    from labkit.buffers.bench_core import ImplResult, combine_rounds
+
+    rows = [ImplResult("list", chunk=64, push_per_s=p, e2e_per_s=e, lost=0, duplicates=d,
+                       pushed=n, late_start_s=late, learner_cpu_e2e=c)
+            for p, e, d, n, late, c in ((10.0, 5.0, 0, 100, 0.1, 0.2), (30.0, None, 1, 200, 0.4, 0.6),
+                                        (20.0, 7.0, 0, 300, 0.2, 0.4))]
+    one = combine_rounds(rows)
+    assert (one.rounds, one.e2e_rounds) == (3, [5.0, None, 7.0])
+    assert (one.push_per_s, one.e2e_per_s, one.learner_cpu_e2e) == (20.0, 6.0, 0.4)
+    assert (one.lost, one.duplicates, one.pushed, one.late_start_s) == (0, 1, 600, 0.4)
+    assert combine_rounds(rows[:1]) is rows[0]
+    with pytest.raises(ParameterError, match="rounds"):
+        measure_specs([("list", 8, None)], rounds=0)
 
 
 
@@ -134,10 +157,12 @@ def test_headline_ratios_pick_the_list_row_of_the_chunk() -> None:
 def test_client_options_pick_the_parser() -> None:
     from redis._parsers import _HiredisParser, _RESP2Parser
 
-    from labkit.buffers.base import client_options
+    from labkit.buffers.base import READ_SIZE, client_options
     from labkit.errors import LabkitError
 
-    assert client_options("") == {}
+    assert client_options("") == {"socket_read_size": READ_SIZE}
+    assert all(client_options(mode)["socket_read_size"] == READ_SIZE
+               for mode in ("python", "hiredis", "hiredis-reader"))
     assert client_options("python")["parser_class"] is _RESP2Parser
     assert client_options("hiredis")["parser_class"] is _HiredisParser
     reader = client_options("hiredis-reader")
@@ -179,6 +204,7 @@ def test_cli_arguments() -> None:
     assert (args.chunk, args.chunk_sweep, args.parser, args.chunks_per_push) == (
         64, "1,8,64", "python", 8)
     assert parser.parse_args([]).chunk is None
+    assert (parser.parse_args([]).rounds, parser.parse_args(["--rounds", "3"]).rounds) == (1, 3)
 
 
 def test_rates_come_from_each_agents_own_span_and_the_stretch_they_shared() -> None:

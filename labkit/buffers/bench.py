@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parser", choices=("hiredis", "hiredis-reader", "python"),
                         help="redis-py's reply parser and command packer (default: redis-py's "
                              "choice, hiredis for both when installed)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each buffer this many times, taking turns, and report "
+                             "medians (every round's end-to-end rate is listed)")
     parser.add_argument("--sweep", help="agent counts, e.g. 1,2,4,8,16,32 (ignores --agents)")
     parser.add_argument("--chunk-sweep", help="chunk sizes, e.g. 1,8,64,256: the guide, the "
                                               "list buffer per item and at each size")
@@ -55,6 +58,9 @@ def _ints(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     """``labkit bench buffer``: one measurement, or a sweep over agent counts or chunk sizes."""
     impls = [x.strip() for x in args.impl.split(",")] if args.impl else None
+    if args.sweep and args.rounds != 1:
+        raise ParameterError("--rounds takes medians of one measurement or of --chunk-sweep; "
+                             "--sweep measures each agent count once")
     if args.sweep:
         rows = sweep_agents(_ints(args.sweep), impls or SWEEP_IMPLS, args.payload,
                             args.seconds, args.batch, chunk=args.chunk,
@@ -64,11 +70,13 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_sweep:
         report = sweep_chunks(_ints(args.chunk_sweep), agents=args.agents, payload=args.payload,
                               seconds=args.seconds, batch=args.batch,
-                              chunks_per_push=args.chunks_per_push, parser=args.parser)
+                              chunks_per_push=args.chunks_per_push, parser=args.parser,
+                              rounds=args.rounds)
     else:
         report = measure_buffers(impls or IMPLS, args.agents, args.payload, args.seconds,
                                  args.batch, chunk=args.chunk,
-                                 chunks_per_push=args.chunks_per_push, parser=args.parser)
+                                 chunks_per_push=args.chunks_per_push, parser=args.parser,
+                                 rounds=args.rounds)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -82,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
                     "list_push_bytes_vs_redis_benchmark"):
             if key in report:
                 print(f"{key}: {report[key]}")
+        if args.rounds > 1:
+            print(f"medians of {args.rounds} rounds; end to end in each round:")
+            for row in report["results"]:
+                rounds = ", ".join("n/a" if v is None else f"{v:.0f}"
+                                   for v in row.get("e2e_rounds") or [])
+                print(f"  {row['impl']}: {rounds}")
     return 0
 
 

@@ -32,11 +32,12 @@ Note: agents, learner and server share this machine's cores.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from labkit.buffers.bench_pool import AgentPool
@@ -96,6 +97,8 @@ class ImplResult:
     push_overlap: float | None = None  # share of the push phase with every agent pushing
     e2e_overlap: float | None = None  # share of the end-to-end window with every agent pushing
     skipped: str | None = None
+    rounds: int = 1  # measurements combined here (``rounds``): rates are their medians
+    e2e_rounds: list[float | None] | None = None  # end to end in each round, in order
 
 
 def _wait_until(moment: float) -> None:
@@ -231,6 +234,32 @@ def _agents_cores(replies: list[dict[str, Any]], spans: Spans) -> float | None:
     return sum(float(r.get("cpu_s", 0.0)) for r in replies) / whole if whole > 0 else None
 
 
+_SUMMED = ("lost", "duplicates", "malformed", "pushed")
+_WORST = ("lead_s", "late_start_s", "end_spread_s")
+
+
+def combine_rounds(rows: Sequence[ImplResult]) -> ImplResult:
+    """One row from the same (impl, chunk, parser) measured in several rounds: each rate, CPU
+    share and overlap the median of the rounds that measured it; delivery counts summed; the
+    latest start and widest spread kept; every round's end-to-end rate listed."""
+    first = rows[0]
+    if len(rows) == 1 or first.skipped is not None:
+        return first
+    out = ImplResult(first.impl, chunk=first.chunk, parser=first.parser, rounds=len(rows),
+                     e2e_rounds=[r.e2e_per_s for r in rows])
+    for name in (f.name for f in fields(ImplResult)):
+        values = [getattr(r, name) for r in rows]
+        present = [v for v in values if v is not None]
+        if name in _SUMMED:
+            setattr(out, name, sum(present) if present else None)
+        elif name in _WORST:
+            setattr(out, name, max(present) if present else None)
+        elif (name.endswith(("_per_s", "_overlap")) or name.startswith(
+                ("server_cpu", "agents_cpu", "learner_cpu"))) and name != "e2e_rounds":
+            setattr(out, name, statistics.median(present) if present else None)
+    return out
+
+
 def _cleanup(learner: Any, impl: str, namespace: str, agents: int) -> None:
     """Deletes the keys this run made (the guide's are ``buffer:{i}``), closes the learner."""
     client = getattr(learner, "redis", None)
@@ -262,18 +291,38 @@ def _check(agents: int, seconds: float, batch: int, payload: int, chunks_per_pus
             raise ParameterError(f"parser {parser!r}: choose one of {', '.join(PARSERS)}")
 
 
+def _measure_spec(pool: AgentPool, spec: Spec, redis_url: str, nats_url: str | None,
+                  nats_skip: str | None, client: Any, **sizes: Any) -> ImplResult:
+    """One round of one spec, or its row saying why it was skipped."""
+    impl = spec[0]
+    if impl == "nats" and nats_skip is not None:
+        return ImplResult(impl, skipped=nats_skip)
+    url = nats_url if impl == "nats" else redis_url
+    cpu = (lambda: None) if impl == "nats" else (lambda: server_cpu_seconds(client))
+    try:
+        return _measure_impl(pool, spec, url, cpu=cpu, **sizes)
+    except (NotImplementedError, ImportError) as exc:  # a kind not (yet) there
+        return ImplResult(impl, skipped=f"{type(exc).__name__}: {exc}")
+
+
 def measure_specs(specs: Sequence[Spec], agents: int = 1, payload: int = 1024,
                   seconds: float = 3.0, batch: int = 100,
                   chunks_per_push: int = CHUNKS_PER_PUSH, redis_url: str | None = None,
-                  nats_url: str | None = None, redis_benchmark: bool = True) -> dict[str, Any]:
+                  nats_url: str | None = None, redis_benchmark: bool = True,
+                  rounds: int = 1) -> dict[str, Any]:
     """Each (impl, chunk, parser) of ``specs`` in turn with the same ``agents`` agent processes,
-    all on one Redis (and one NATS) server: the given URLs, or servers started for the run."""
+    all on one Redis (and one NATS) server: the given URLs, or servers started for the run.
+    ``rounds`` > 1 measures every spec that many times, the specs taking turns (so a machine
+    that gets busier part way through weighs on all of them), and reports medians
+    (:func:`combine_rounds`)."""
     from labkit.errors import ServiceError
     from labkit.services.nats_server import NatsServer
     from labkit.services.redis_server import RedisServer
 
     specs = [(impl, chunk, parser or None) for impl, chunk, parser in specs]
     _check(agents, seconds, batch, payload, chunks_per_push, specs)
+    if rounds < 1:
+        raise ParameterError(f"rounds must be >= 1, got {rounds}")
     import redis
 
     with ExitStack() as stack:
@@ -291,21 +340,17 @@ def measure_specs(specs: Sequence[Spec], agents: int = 1, payload: int = 1024,
         clear_benchmark_keys(client)
         pool = AgentPool(agents, redis_url, nats_url)
         stack.callback(pool.close)
+        measured: list[list[ImplResult]] = [[] for _ in specs]
+        for _ in range(rounds):
+            for k, spec in enumerate(specs):
+                measured[k].append(_measure_spec(pool, spec, redis_url, nats_url, nats_skip,
+                                                 client, agents=agents, payload=payload,
+                                                 seconds=seconds, batch=batch,
+                                                 chunks_per_push=chunks_per_push))
         results = []
-        for spec in specs:
-            impl = spec[0]
-            is_nats = impl == "nats"
-            row = ImplResult(impl, skipped=nats_skip if is_nats else None)
-            if row.skipped is None:
-                url = nats_url if is_nats else redis_url
-                cpu = (lambda: None) if is_nats else (lambda: server_cpu_seconds(client))
-                try:
-                    row = _measure_impl(pool, spec, url, agents=agents, payload=payload,
-                                        seconds=seconds, batch=batch,
-                                        chunks_per_push=chunks_per_push, cpu=cpu)
-                except (NotImplementedError, ImportError) as exc:  # a kind not (yet) there
-                    row = ImplResult(impl, skipped=f"{type(exc).__name__}: {exc}")
-            if not is_nats:
+        for rows in measured:
+            row = combine_rounds(rows)
+            if row.impl != "nats":
                 row.redis_benchmark_rpush_per_s = ceiling
             results.append(row)
     return {
@@ -316,6 +361,7 @@ def measure_specs(specs: Sequence[Spec], agents: int = 1, payload: int = 1024,
         "seconds": seconds,
         "batch": batch,
         "chunks_per_push": chunks_per_push,
+        "rounds": rounds,
         "results": [_rounded(asdict(r)) for r in results],
         "redis_version": version,
         "redis_benchmark_rpush_per_s": ceiling,
@@ -329,12 +375,13 @@ def measure_buffers(impls: tuple[str, ...] | list[str] = IMPLS, agents: int = 1,
                     redis_url: str | None = None, nats_url: str | None = None,
                     redis_benchmark: bool = True, chunk: int | None = None,
                     chunks_per_push: int = CHUNKS_PER_PUSH,
-                    parser: str | None = None) -> dict[str, Any]:
+                    parser: str | None = None, rounds: int = 1) -> dict[str, Any]:
     """Push, pull and end-to-end rates of each buffer with ``agents`` agent processes, all on
     one Redis (and one NATS) server: the given URLs, or servers started for the run. With
-    ``chunk`` N, agents push chunks of N (the guide's buffer excepted)."""
+    ``chunk`` N, agents push chunks of N (the guide's buffer excepted); ``rounds``: medians of
+    that many measurements of each, taken in turns."""
     report = measure_specs([(impl, chunk, parser) for impl in impls], agents, payload, seconds,
-                           batch, chunks_per_push, redis_url, nats_url, redis_benchmark)
+                           batch, chunks_per_push, redis_url, nats_url, redis_benchmark, rounds)
     return {**report, "chunk": chunk, **headline_ratios(report, chunk)}
 
 
@@ -342,5 +389,5 @@ def _rounded(row: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
 
 
-__all__ = ["CHUNKS_PER_PUSH", "IMPLS", "SWEEP_IMPLS", "ImplResult", "item_bytes",
+__all__ = ["CHUNKS_PER_PUSH", "IMPLS", "SWEEP_IMPLS", "ImplResult", "combine_rounds", "item_bytes",
            "measure_buffers", "measure_specs", "parse_benchmark_csv", "server_cpu_seconds"]

@@ -45,17 +45,18 @@ def sweep_chunks(chunks: Sequence[int] = (1, 8, 64, 256), agents: int = 4, paylo
                  seconds: float = 3.0, batch: int = 100, chunks_per_push: int = CHUNKS_PER_PUSH,
                  parser: str | None = None, redis_url: str | None = None,
                  redis_benchmark: bool = True,
-                 python_parser_at: Sequence[int | None] = ()) -> dict[str, Any]:
+                 python_parser_at: Sequence[int | None] = (), rounds: int = 1) -> dict[str, Any]:
     """The guide's buffer, the list buffer with a frame per experience, then the list buffer
     at each chunk size: one server, the same agent processes, one report. Each list row gets
     ``vs_guide_e2e`` and ``push_bytes_vs_redis_benchmark``. ``python_parser_at``: chunk sizes
     (None: a frame per item) measured again with redis-py's pure-Python parser, for
-    ``hiredis_gain`` (hiredis's end-to-end rate over the Python parser's, per size)."""
+    ``hiredis_gain`` (hiredis's end-to-end rate over the Python parser's, per size).
+    ``rounds``: medians of that many measurements of each, taken in turns."""
     specs: list[Spec] = [("guide", None, parser), ("list", None, parser),
                          *(("list", c, parser) for c in chunks)]
     extra = [("list", c, "python") for c in python_parser_at] if parser != "python" else []
     report = measure_specs(specs + extra, agents, payload, seconds, batch, chunks_per_push,
-                           redis_url, redis_benchmark=redis_benchmark)
+                           redis_url, redis_benchmark=redis_benchmark, rounds=rounds)
     main = report["results"][:len(specs)]  # the rows of ``parser`` (the python ones follow)
     for row in main:
         if row["impl"] == "list":
