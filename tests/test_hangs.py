@@ -251,6 +251,9 @@ def test_the_watch_reads_real_exporters_and_tells_ahead_behind_and_gone():
         assert counts_disagree(views) and count_verdict(views)[:2] == (2, "ahead")
         views[2].started["all_reduce"] = 3  # now rank 2 entered one fewer: behind
         assert count_verdict(views)[:2] == (2, "behind")
+        metrics[0].enter("lock", "flock")
+        metrics[0].leave("lock", "flock", failed=True)  # a lock wait that timed out
+        assert read_view(0, metrics[0].url, 5.0).failed == {"lock flock": 1}
         metrics[1].close()
         views = [read_view(r, m.url, 5.0) for r, m in enumerate(metrics)]
         assert not views[1].reachable and count_verdict(views)[:2] == (1, "gone")

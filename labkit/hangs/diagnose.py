@@ -44,7 +44,8 @@ FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPri
                          r"SequenceNumber=(\d+), OpType=(\w+), TensorShape=\[([^\]]*)\]")
 MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier in (\d+) ms")
 NAMED = re.compile(r"monitored_barrier on rank \d+: ranks (\d+) did not arrive")
-HIDDEN_FRAMES = ("worker.py", "runpy", "hangs/recorder.py")  # the launcher's and recorder's
+# the launcher's frames, and the recorders' own (a stack taken while a rank dumps)
+HIDDEN_FRAMES = ("worker.py", "runpy", "hangs/recorder.py", "hangs/torch_fr.py", "json/")
 FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 

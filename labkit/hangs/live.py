@@ -2,7 +2,8 @@
 
 Nothing new for the job to learn: the collective latency histogram and counters of lesson 13's
 exporter (:class:`~labkit.observability.exporter.RankMetrics`, fed by the recorder's calls:
-collectives entered, returned, in flight, lock waits in flight, step durations) and lesson 12's
+collectives entered, returned, in flight or failed, lock waits in flight, step durations) and
+lesson 12's
 heartbeat in Redis (:class:`~labkit.orchestration.control.Heartbeat`, with the step), whose extra
 fields say where this rank serves its metrics and writes its dumps. Switched on when the rank
 finds ``$LABKIT_REDIS_URL`` and ``$LABKIT_CONTROL_JOB`` in its environment.
@@ -67,7 +68,7 @@ class LiveRank:
             return
         if key in self._in_flight:
             self._in_flight.discard(key)
-            self.metrics.leave(event.kind, event.op)
+            self.metrics.leave(event.kind, event.op, failed=event.state == "failed")
             if event.kind == "collective" and event.state in ("completed", "async"):
                 size = sum(DTYPE_BYTES.get(event.dtype, 4) * _numel(s) for s in event.shapes)
                 self.metrics.observe_collective(event.op, size,

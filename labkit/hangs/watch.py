@@ -16,8 +16,9 @@ Python stacks and its recorder dumps both flight recorders (labkit's and PyTorch
 The watch names the culprit, the collective and its sequence number from the dumps
 (``labkit.hangs.diagnose``), with what the counts alone say beside it, and with
 ``end_job=True`` SIGTERMs the ranks. A rank whose exporter stops answering before it left the
-control plane died or failed: the job is ending by itself, and the watch names the culprit the
-same way from the survivors' dumps.
+control plane died or failed, and a rank whose exporter counts a call that raised (a timeout, a
+lost peer, a mismatch) is failing: the job is ending by itself, and the watch names the culprit
+the same way from the ranks' dumps.
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ class Watch:
             r.steps_seen = max(r.steps_seen, min(reached, default=0))
             gone = [v.rank for v in views if not v.reachable]
             if gone and self._ended(views, gone):
+                return
+            if failing := [v for v in views if v.failed]:  # the job is ending by itself
+                self._alarm("failed", "; ".join(f"rank {v.rank}: {', '.join(v.failed)} raised"
+                                                for v in failing), views)
                 return
             progress = tuple(v.progress for v in views)
             if progress != last_progress:

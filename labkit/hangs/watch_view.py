@@ -12,7 +12,8 @@ from labkit.observability.readback import Sample, samples_from_text, scrape
 @dataclass
 class RankView:
     """One rank at one poll. ``started``/``returned``: collectives by op, entered and returned;
-    ``in_flight``: ``"kind op"`` -> calls inside now; ``slowest_step_s``: the upper bound of the
+    ``in_flight``: ``"kind op"`` -> calls inside now; ``failed``: ``"kind op"`` -> calls that
+    raised; ``slowest_step_s``: the upper bound of the
     slowest histogram bucket any of its steps fell in."""
 
     rank: int
@@ -21,6 +22,7 @@ class RankView:
     started: dict[str, int] = field(default_factory=dict)
     returned: dict[str, int] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     slowest_step_s: float | None = None
 
@@ -54,6 +56,8 @@ def view_from_samples(rank: int, samples: list[Sample]) -> RankView:
             returned[s.labels["op"]] += int(s.value)
         elif s.name == "labkit_in_flight" and s.value > 0:
             view.in_flight[f"{s.labels['kind']} {s.labels['op']}"] = int(s.value)
+        elif s.name == "labkit_calls_failed_total" and s.value > 0:
+            view.failed[f"{s.labels['kind']} {s.labels['op']}"] = int(s.value)
         elif s.name == "labkit_step_seconds_count":
             view.steps = int(s.value)
         elif s.name == "labkit_step_seconds_bucket":

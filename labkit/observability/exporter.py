@@ -53,6 +53,9 @@ class RankMetrics:
         self.collectives_started = Counter(
             "labkit_collectives_started", "Collective calls this rank entered (the latency "
             "histogram counts those that returned)", ["op"], registry=reg)
+        self.calls_failed = Counter("labkit_calls_failed", "Collectives or lock waits that "
+                                    "raised on this rank (a timeout, a lost peer, a mismatch)",
+                                    ["kind", "op"], registry=reg)
         self.in_flight = Gauge("labkit_in_flight", "Calls this rank is inside now: a "
                                "collective or a lock wait", ["kind", "op"], registry=reg)
         self.step_seconds = Histogram("labkit_step_seconds", "Seconds one agent step took "
@@ -98,9 +101,11 @@ class RankMetrics:
             self.collectives_started.labels(op=op).inc()
         self.in_flight.labels(kind=kind, op=op).inc()
 
-    def leave(self, kind: str, op: str) -> None:
-        """It returned (or failed): no longer in flight."""
+    def leave(self, kind: str, op: str, failed: bool = False) -> None:
+        """It returned, or raised (``failed``): no longer in flight."""
         self.in_flight.labels(kind=kind, op=op).dec()
+        if failed:
+            self.calls_failed.labels(kind=kind, op=op).inc()
 
     def observe_step(self, seconds: float) -> None:
         self.step_seconds.observe(seconds)
