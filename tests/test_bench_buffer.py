@@ -278,3 +278,22 @@ def test_parser_rates_measure_every_mode_on_both_frame_kinds() -> None:
     assert all(r["push_per_cpu_s"] > 0 and r["pop_per_cpu_s"] > 0 for r in rows)
     codec = codec_rates(payload=64, chunk=4, seconds=0.01)
     assert all(v > 0 for v in codec.values())
+
+
+def test_chunk_findings_state_the_targets_and_every_round() -> None:
+    from labkit.buffers.bench_report import chunk_findings
+
+    guide = {"impl": "guide", "chunk": None, "e2e_per_s": 2000.0, "push_mb_per_s": 2.0,
+             "push_per_s": 2000.0, "e2e_rounds": [1500.0, 2000.0, 9000.0]}
+    listed = {"impl": "list", "chunk": 64, "e2e_per_s": 150000.0, "push_mb_per_s": 300.0,
+              "push_per_s": 3e5, "e2e_rounds": [140000.0, 150000.0, None],
+              "server_cpu_e2e": 0.3, "agents_cpu_e2e": 1.2, "learner_cpu_e2e": 0.4}
+    report = {"results": [guide, listed], "rounds": 3, "agents": 4, "cpu_count": 2,
+              "redis_benchmark_rpush_per_s": 4e5, "redis_benchmark_mb_per_s": 400.0}
+    lines = chunk_findings(report, 64)
+    assert lines[0].startswith("end to end, chunks of 64: 150000/s against the guide's 2000/s, "
+                               "75.0x: meets the 50x target")
+    assert "75% of redis-benchmark's" in lines[1] and "meets the 50% target" in lines[1]
+    assert lines[-1] == ("medians of 3 rounds, taken in turns; end to end in each round: guide "
+                         "1500, 2000, 9000/s, list 140000, 150000, n/a/s")
+    assert chunk_findings({**report, "results": [guide]}, 64)[0].startswith("no list row")

@@ -218,11 +218,14 @@ PUSH_TARGET = 0.5  # >= half of redis-benchmark's pipelined RPUSH, in bytes/s
 
 
 def chunk_findings(report: dict[str, Any], chunk: int | None) -> list[str]:
-    """Sentences from a chunk sweep (``bench_sweep.sweep_chunks``) about the list buffer at
-    ``chunk``: against the guide end to end, its push against redis-benchmark in bytes/s, each
-    beside the lesson's target, and where the CPU went in the end-to-end window."""
+    """Sentences from a chunk sweep (``bench_sweep.sweep_chunks``) or a measurement of the guide
+    and the list buffer (``bench_core.measure_buffers``) about the list buffer at ``chunk``:
+    against the guide end to end, its push against redis-benchmark in bytes/s, each beside the
+    lesson's target, where the CPU went in the end-to-end window, and each round's rate."""
     rows = [r for r in report["results"] if r.get("skipped") is None]
-    main = [r for r in rows if r["impl"] == "guide" or "vs_guide_e2e" in r]
+    if "chunks" in report:  # a sweep: its rows of the main parser (the Python ones follow)
+        rows = [r for r in rows if r["impl"] == "guide" or "vs_guide_e2e" in r]
+    main = rows
     row = next((r for r in main if r["impl"] == "list" and r["chunk"] == chunk), None)
     guide = next((r for r in main if r["impl"] == "guide"), None)
     if row is None or guide is None:
@@ -257,6 +260,12 @@ def chunk_findings(report: dict[str, Any], chunk: int | None) -> list[str]:
                          f"{cores} the machine has: something else was using it, and every rate "
                          "here is below what they reach alone (the ratios, taken side by side, "
                          "suffer less)")
+    if (report.get("rounds") or 1) > 1:
+        def each(r: dict[str, Any]) -> str:
+            return ", ".join("n/a" if v is None else f"{v:.0f}" for v in r["e2e_rounds"] or [])
+
+        lines.append(f"medians of {report['rounds']} rounds, taken in turns; end to end in each "
+                     f"round: guide {each(guide)}/s, list {each(row)}/s")
     best = report.get("best_chunk")
     if best is not None and best != chunk:
         top = next(r for r in main if r["impl"] == "list" and r["chunk"] == best)
