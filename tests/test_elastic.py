@@ -8,11 +8,14 @@ exactly, on any machine.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 from process_helpers import session_processes
 
+from labkit.course.runner import run_course
 from labkit.errors import ParameterError
 from labkit.orchestration import (
     ElasticConfig,
@@ -24,6 +27,7 @@ from labkit.orchestration import (
 )
 from labkit.orchestration.elastic import _Scheduler
 from labkit.orchestration.elastic_model import reference_loss
+from labkit.orchestration.elastic_report import ElasticRun
 
 # Node 1's torchrun agent starts only once the first group has formed without it: what a node
 # that boots more than the rendezvous' last call after node 0 does on a busy machine.
@@ -36,6 +40,9 @@ if os.environ.get("LABKIT_NODE") == "1" and "torch.distributed.run" in sys.orig_
             log.read_text() if log.exists() else ""):
         time.sleep(0.05)
 """
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def elastic_processes() -> list[str]:
@@ -94,17 +101,32 @@ def test_changes_that_could_not_apply_say_why(tmp_path):
     assert "never reached step 80" in outcomes[1].why_not
 
 
+@pytest.fixture(scope="module")
+def notebook_run(tmp_path_factory) -> tuple[ElasticConfig, ElasticRun]:
+    """Lesson 12 at smoke size, through papermill: its elastic job (a node joins, then gets a
+    preemption notice) is the suite's one run of that plan (tests/test_notebooks.py leaves the
+    notebook to this module); read back from the results it saved."""
+    out = tmp_path_factory.mktemp("nb12")
+    result = run_course(NOTEBOOKS, out=out, smoke=True, only=["12_orchestration"],
+                        progress=False)
+    [outcome] = result.results
+    assert outcome.ok, f"12_orchestration failed: {outcome.error}"
+    saved = json.loads((out / "elastic_main.json").read_text())
+    return ElasticConfig.from_json(saved["config"]), ElasticRun.from_dict(saved["run"])
+
+
 @pytest.mark.slow
-def test_scale_up_then_a_preemption_notice_loses_no_step():
-    cfg = ElasticConfig(steps=50, work_s=0.1, checkpoint_every_updates=10)
-    run = run_elastic(cfg, min_nodes=2, max_nodes=3, changes="join:2@5,preempt:2@25")
-    assert run.ok, (run.to_dict(), run.output[-80:])
+def test_scale_up_then_a_preemption_notice_loses_no_step(notebook_run):
+    cfg, run = notebook_run
+    join, notice = parse_changes(",".join(run.changes))
+    assert (join.action, notice.action, notice.node) == ("join", "preempt", join.node)
+    assert run.ok, run.to_dict()
     assert run.worlds == [2, 3, 2]
-    assert run.unapplied == [] and [o.at_step for o in run.outcomes] == [5, 25]
+    assert run.unapplied == [] and [o.at_step for o in run.outcomes] == [join.at_step, notice.at_step]
     assert run.lost_steps == 0  # a join and a notice both checkpoint at the same step
     assert [s.from_step for s in run.segments[1:]] == [s.to_step for s in run.segments[:-1]]
-    assert all(s.to_step <= 25 for s in run.segments[:2])  # nobody ran past the preemption
-    assert steps_logged(run) == list(range(1, 51))
+    assert all(s.to_step <= notice.at_step for s in run.segments[:2])  # nobody ran past the notice
+    assert steps_logged(run) == list(range(1, cfg.steps + 1))
     assert [e.action for e in run.events] == ["start", "start", "start", "terminate"]
     for row in run.change_rows():  # a hold is part of its change's stall
         assert row.stall_s is not None and 0 <= row.held_s <= row.stall_s, row
@@ -112,6 +134,16 @@ def test_scale_up_then_a_preemption_notice_loses_no_step():
     # trajectory as one process that trained every step, up to float summation order.
     assert run.final["final_loss"] == pytest.approx(reference_loss(cfg), rel=1e-4)
     assert elastic_processes() == []
+
+
+@pytest.mark.slow
+def test_a_run_survives_its_json(notebook_run):
+    _, run = notebook_run
+    again = ElasticRun.from_dict(json.loads(json.dumps(run.to_dict(records=True))))
+    assert again.to_dict(records=True) == run.to_dict(records=True)
+    assert again.timeline() == run.timeline() and again.change_rows() == run.change_rows()
+    with pytest.raises(ValueError, match="records"):
+        ElasticRun.from_dict(run.to_dict())
 
 
 @pytest.mark.slow

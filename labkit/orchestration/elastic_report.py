@@ -162,8 +162,11 @@ class ElasticRun:
             rows.append(row)
         return rows
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "min_nodes": self.min_nodes, "max_nodes": self.max_nodes,
+    def to_dict(self, *, records: bool = False) -> dict[str, Any]:
+        """The run as JSON-able data; ``records=True`` adds the progress log and the launch's
+        start, so :meth:`from_dict` gives back a run whose timeline and change rows are whole."""
+        extra = {"records": self.records, "started_at": self.started_at} if records else {}
+        return {**extra, "ok": self.ok, "min_nodes": self.min_nodes, "max_nodes": self.max_nodes,
                 "changes": self.changes, "worlds": self.worlds, "lost_steps": self.lost_steps,
                 "seconds": round(self.seconds, 2), "timeout_s": round(self.timeout_s, 1),
                 "final": self.final, "ended_after_finish": self.ended_after_finish,
@@ -172,6 +175,21 @@ class ElasticRun:
                 "outcomes": [{k: v for k, v in asdict(o).items() if k != "at_wall"}
                              for o in self.outcomes],
                 "holds": [asdict(h) for h in self.holds]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ElasticRun:
+        """A run saved with ``to_dict(records=True)`` (a notebook's, say), read back."""
+        try:
+            return cls(ok=data["ok"], min_nodes=data["min_nodes"], max_nodes=data["max_nodes"],
+                       changes=data["changes"], final=data["final"], seconds=data["seconds"],
+                       events=[FleetEvent(**e) for e in data["events"]],
+                       segments=[Segment(**x) for x in data["segments"]],
+                       records=data["records"], started_at=data["started_at"],
+                       ended_after_finish=data["ended_after_finish"],
+                       outcomes=[ChangeOutcome(**o) for o in data["outcomes"]],
+                       holds=[Hold(**h) for h in data["holds"]], timeout_s=data["timeout_s"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a saved elastic run with its records: {exc!r}") from None
 
 
 def _first_time(records: list[dict[str, Any]]) -> float:
