@@ -6,6 +6,9 @@
 - ``workshop``: exercises in the notebooks, student copies, and a checker.
 - ``doctor``: what this machine has (``labkit doctor``), and each lesson's note on it.
 - ``results``: where a notebook keeps what a later lesson reads, as JSON.
+- ``predictions``: predict, then measure: a lesson's headline number predicted (by the learner, or
+  the lesson's own model), measured, their ratio kept in the run's results, and the capstone's
+  calibration over them (``from labkit.course.predictions import record, resolve``).
 
 A notebook imports from its own topic and from here; this package's surface is only what every
 notebook needs (results and the lesson's note), each imported on first use.
