@@ -227,8 +227,10 @@ def test_a_window_that_measured_nothing_is_explained_not_a_crash() -> None:
            "skipped": None}
     said = " ".join(notes(row, 1.0))
     assert "no agent pushed" in said and "1.3 s after" in said and "no end-to-end rate" in said
-    text = explained_table([row], 1.0)
+    shown = explained_table([row], 1.0)
+    text = str(shown)
     assert "n/a" in text and "no agent pushed" in text
+    assert "n/a" in shown._repr_html_() and "no agent pushed" in shown._repr_html_()
     assert "no agent count gave a push rate" in sweep_summary([row], "list")
     shared = {**row, "push_per_s": 900.0, "pull_per_s": 800.0, "e2e_per_s": 700.0,
               "push_overlap": 0.5, "e2e_overlap": 0.4, "late_start_s": 0.5,

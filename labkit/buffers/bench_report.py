@@ -5,10 +5,12 @@ first.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.buffers.bench_tracking import DRAIN_QUIET_S, LEAD_ROUND_TRIPS
+from labkit.course.tables import Table
 
 TOGETHER = 0.9  # a phase with every agent pushing less of the time than this gets a note
 
@@ -26,20 +28,33 @@ def _cell(column: str, value: Any) -> str:
     return str(value)
 
 
-def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> str:
-    """Result rows as an aligned text table; a rate that could not be measured shows "n/a"
-    (:func:`notes` says why), a skipped implementation shows its reason."""
-    def line(cells: list[str]) -> str:
-        return "  ".join(f"{cell:>15}" for cell in cells)
-
-    lines = [line(list(columns))]
+def table(rows: list[dict[str, Any]], columns: tuple[str, ...] = COLUMNS) -> Table:
+    """Result rows as a table (text, or HTML in a notebook: ``labkit.course.tables.show``); a
+    rate that could not be measured shows "n/a" (:func:`notes` says why), a skipped
+    implementation shows its reason."""
+    cells = []
     for row in rows:
-        cells = [_cell(c, row.get(c)) for c in columns]
+        line = [_cell(c, row.get(c)) for c in columns]
         if row.get("skipped"):
-            lines.append(f"{line(cells[:2])}  skipped: {row['skipped']}")
-        else:
-            lines.append(line(cells))
-    return "\n".join(lines)
+            line = line[:2] + [f"skipped: {row['skipped']}"] + [""] * (len(columns) - 3)
+        cells.append(tuple(line))
+    right = tuple(not all(isinstance(r.get(c), str) for r in rows) for c in columns)
+    return Table(tuple(columns), tuple(cells), right)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A table and the notes that explain its rows; shown like a table, the notes under it."""
+
+    table: Table
+    notes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return "\n".join([str(self.table), *self.notes])
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<p>{html.escape(note)}</p>" for note in self.notes)
+        return self.table._repr_html_() + notes
 
 
 def notes(row: dict[str, Any], seconds: float) -> list[str]:
@@ -79,10 +94,11 @@ def notes(row: dict[str, Any], seconds: float) -> list[str]:
 
 
 def explained_table(rows: list[dict[str, Any]], seconds: float,
-                    columns: tuple[str, ...] = COLUMNS) -> str:
-    """:func:`table`, then the :func:`notes` of every row that needs one."""
-    return "\n".join([table(rows, columns),
-                      *(note for row in rows for note in notes(row, seconds))])
+                    columns: tuple[str, ...] = COLUMNS) -> Explained:
+    """:func:`table`, then the :func:`notes` of every row that needs one (``str`` is the
+    text; ``labkit.course.tables.show`` shows HTML in a notebook)."""
+    return Explained(table(rows, columns),
+                     tuple(note for row in rows for note in notes(row, seconds)))
 
 
 def sweep_summary(points: list[dict[str, Any]], impl: str) -> str:

@@ -6,7 +6,8 @@
   algbw, busbw and ``#wrong`` of every collective through torchrun, as nccl-tests does, with its
   ``-N`` cycles and ``-I`` per-iteration times; ``labkit bench collectives``.
 - ``report``: ``CollectivesReport``, the nccl-tests text table, CSV, and ``--expect``'s verdict
-  of busbw against a stated link bandwidth.
+  of busbw against a stated link bandwidth; ``table_view``: the same table as HTML for
+  notebooks (``CollectivesTable``), and what a run did not measure, in sentences.
 - ``nccl_json``: nccl-tests' ``-J`` JSON, written (``write_nccl_tests_json``) and read
   (``read_nccl_tests_json``, nccl-tests' own files too); ``nccl_schema``: its structure as data
   (``NCCL_TESTS_SCHEMA``) and the check of a file against it (``schema_problems``).
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         to_csv,
         verdict_text,
     )
+    from labkit.collectives.table_view import CollectivesTable, html_table, skipped_text
 
 # name -> the module that defines it: a name is imported when first used,
 # so importing one module of the folder (a rank script, a child process) imports no other
@@ -87,9 +89,11 @@ _HOME = {
     "bus_factor": "labkit.collectives.formulas",
     "CollectiveRow": "labkit.collectives.formulas",
     "CollectivesReport": "labkit.collectives.report",
+    "CollectivesTable": "labkit.collectives.table_view",
     "compare_rows": "labkit.collectives.nccl_tests",
     "DEFAULT_MAX": "labkit.collectives.bench",
     "fit_alpha_beta": "labkit.collectives.alphabeta",
+    "html_table": "labkit.collectives.table_view",
     "format_table": "labkit.collectives.report",
     "iter_stats": "labkit.collectives.formulas",
     "IterStats": "labkit.collectives.formulas",
@@ -113,6 +117,7 @@ _HOME = {
     "run_collectives": "labkit.collectives.bench",
     "run_nccl_tests": "labkit.collectives.nccl_tests",
     "schema_problems": "labkit.collectives.nccl_schema",
+    "skipped_text": "labkit.collectives.table_view",
     "sweep": "labkit.collectives.formulas",
     "to_csv": "labkit.collectives.report",
     "verdict_text": "labkit.collectives.report",

@@ -94,18 +94,22 @@ def _bw(gbps: float) -> str:
 ITER_COLUMNS = ("i_min", "i_max", "i_p50", "i_p99", "i_cv%")  # nccl-tests' four, and p50
 
 
-def _cells(r: CollectiveRow | None, per_iter: bool) -> str:
+def measured_cells(r: CollectiveRow | None, per_iter: bool) -> list[str]:
+    """One placement's cells as nccl-tests prints them: time, algbw, busbw, #wrong, and with
+    ``per_iter`` the per-iteration columns; all "N/A" for a placement not run."""
     if r is None:
-        return f"  {'N/A':>7}  {'N/A':>7}  {'N/A':>7}  {'N/A':>6}" + f"  {'N/A':>7}" * (
-            len(ITER_COLUMNS) * per_iter)
-    wrong = "N/A" if r.wrong < 0 else str(r.wrong)
-    text = f"  {_time(r.time_us):>7}  {_bw(r.algbw):>7}  {_bw(r.busbw):>7}  {wrong:>6}"
+        return ["N/A"] * (4 + len(ITER_COLUMNS) * per_iter)
+    cells = [_time(r.time_us), _bw(r.algbw), _bw(r.busbw), "N/A" if r.wrong < 0 else str(r.wrong)]
     if per_iter:
         s = r.iter_stats()
-        values = ([_time(s.min_us), _time(s.max_us), _time(s.p50_us), _time(s.p99_us),
+        cells += ([_time(s.min_us), _time(s.max_us), _time(s.p50_us), _time(s.p99_us),
                    float_str(s.cv_pct, 7)] if s else ["N/A"] * len(ITER_COLUMNS))
-        text += "".join(f"  {v:>7}" for v in values)
-    return text
+    return cells
+
+
+def _cells(r: CollectiveRow | None, per_iter: bool) -> str:
+    widths = [7, 7, 7, 6] + [7] * len(ITER_COLUMNS) * per_iter
+    return "".join(f"  {c:>{w}}" for c, w in zip(measured_cells(r, per_iter), widths, strict=True))
 
 
 def format_table(rows: list[CollectiveRow]) -> str:
