@@ -145,6 +145,18 @@ class Fleet:
         proc.send_signal(sig)
         self._record(node, action)
 
+    def reap(self, wait_s: float = 10.0) -> None:
+        """Wait for every started agent to exit (SIGKILL one still there after ``wait_s``) and
+        for the rest of its output to be read."""
+        for proc in self.started:
+            try:
+                proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for pump in self.pumps:
+            pump.join(timeout=5)
+
     @property
     def started(self) -> list[subprocess.Popen]:
         return [p for p in self.procs if p is not None]

@@ -15,7 +15,6 @@ import math
 import os
 import queue
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,8 +34,9 @@ from labkit.runtime.failures import (
     collect_failures,
 )
 from labkit.runtime.fleet import Fleet, FleetEvent
+from labkit.runtime.interrupts import Interrupted, sigint_deferred
 from labkit.runtime.ports import free_port
-from labkit.runtime.proctree import MARK_ENV, end_launch
+from labkit.runtime.proctree import MARK_ENV, end_launch, launch_processes
 from labkit.runtime.publish import PUBLISHED_FILE, RUN_DIR_ENV, read_published
 from labkit.runtime.worker import STDERR_TAILS_ENV
 
@@ -44,8 +44,6 @@ FAIL_FAST_GRACE_S = 3.0  # after one node fails, how long the others get to reco
 
 
 LAST_CALL_S = 2  # elastic rendezvous: how long a round waits for more nodes past the minimum
-
-MORE_SHOWN = 5  # a failed job's error: ranks that failed after the first, one line each
 
 Echo = Callable[[str], None]
 
@@ -225,6 +223,8 @@ def run_agents(
 
     Every process they start carries a launch mark in its environment, so whatever happens
     (success, failure, timeout, an exception here) nothing of the launch outlives this call.
+    Ctrl-C raises :class:`Interrupted` (one line: processes ended and left), the agents' own
+    interrupt tracebacks unshown.
     Returns (exit codes, None for a node never started; output lines; timed_out; the fleet).
     """
     mark = uuid.uuid4().hex
@@ -245,6 +245,18 @@ def run_agents(
             if echo is not None:
                 echo(line)
 
+    def stop(quiet: bool) -> int:
+        """End every process of the launch (a Ctrl-C meanwhile waits); returns how many."""
+        with sigint_deferred():
+            fleet.unfreeze_all()
+            ended = end_launch(mark, {p.pid for p in fleet.started})
+            fleet.reap()
+            if quiet:  # the agents' dying words (a SignalException traceback each) stay unshown
+                while not lines.empty():
+                    output.append(lines.get_nowait())
+            drain()
+        return ended
+
     try:
         for node in range(len(commands) if initial is None else initial):
             fleet.start(node)
@@ -261,18 +273,14 @@ def run_agents(
                 if now - failed_at > FAIL_FAST_GRACE_S:
                     break
             time.sleep(0.05)
-    finally:
-        fleet.unfreeze_all()
-        end_launch(mark, {p.pid for p in fleet.started})
-        for proc in fleet.started:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for pump in fleet.pumps:
-            pump.join(timeout=5)
-        drain()
+    except KeyboardInterrupt:
+        ended = stop(quiet=True)
+        left = len(launch_processes(mark, {p.pid for p in fleet.started}))
+        raise Interrupted(f"the job ({len(fleet.started)} torchrun agents)", ended, left) from None
+    except BaseException:
+        stop(quiet=False)
+        raise
+    stop(quiet=False)
     return [None if p is None else p.returncode for p in fleet.procs], output, timed_out, fleet
 
 
@@ -284,6 +292,23 @@ def _restart_env(max_restarts: int) -> dict[str, str]:
         return {}
     return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE":
             os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")}
+
+
+def agent_environment(folder: Path, scratch: Path, cfg: LaunchConfig) -> dict[str, str]:
+    """The environment of a local launch's agents (and so of its ranks): one thread per rank,
+    unbuffered output, the run folder for ``publish`` and failures, a ``TMPDIR`` that leaves
+    with the run, and the folder where each rank's stderr tap leaves its last lines."""
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONUNBUFFERED": "1",
+        SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.runtime.dist)
+        **_restart_env(cfg.max_restarts),
+        **cfg.env,
+        RUN_DIR_ENV: str(folder),
+        "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
+        STDERR_TAILS_ENV: str(scratch / "stderr-tails"),  # labkit.runtime.worker's stderr taps
+    }
 
 
 def launch_local(
@@ -341,17 +366,7 @@ def launch_local(
         network = network or LOOPBACK
         commands = [local_node_command(cfg, node, port, run_id, network)
                     for node in range(all_nodes)]
-        agent_env = {
-            **os.environ,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            "PYTHONUNBUFFERED": "1",
-            SIMULATED_ENV: "1",  # all ranks share this host's GPUs (labkit.runtime.dist)
-            **_restart_env(cfg.max_restarts),
-            **cfg.env,
-            RUN_DIR_ENV: str(folder),
-            "TMPDIR": str(scratch),  # torchrun's log folders go here and leave with the run
-            STDERR_TAILS_ENV: str(scratch / "stderr-tails"),  # labkit.runtime.worker's stderr taps
-        }
+        agent_env = agent_environment(folder, scratch, cfg)
         started = time.monotonic()
         codes, output, timed_out, fleet = run_agents(
             commands, [f"torchrun{i}" for i in range(all_nodes)], agent_env, timeout_s, echo,
