@@ -104,3 +104,13 @@ def test_a_network_plugin_is_named_in_full():
         "ip-172-31-3-91:1930:1938 [0] NCCL INFO Using network Libfabric",
     ))
     assert parse_debug_log(text).networks == ["AWS Libfabric", "Libfabric"]
+
+
+def test_echoed_settings_keep_a_full_stop_only_where_the_format_adds_none():
+    """param.cc prints integers as '%lld.' (the stop is the format's); string settings get none."""
+    log = parse_debug_log("h:1:2 [0] NCCL INFO NCCL_IB_RETRY_CNT set by environment to 15.\n"
+                          "h:1:2 [0] NCCL INFO NCCL_COLLNET_ENABLE set by environment to 1.\n"
+                          "h:1:2 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0\n"
+                          "h:1:2 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /t/a.\n")
+    assert log.env == {"NCCL_IB_RETRY_CNT": "15", "NCCL_COLLNET_ENABLE": "1",
+                       "NCCL_SOCKET_IFNAME": "eth0", "NCCL_TOPO_FILE": "/t/a."}

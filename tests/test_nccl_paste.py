@@ -513,3 +513,120 @@ def test_a_pasted_benchmark_says_which_collectives_the_job_runs():
         "AllReduce"}
     assert parse_env("NCCL_ALGO=Tree torchrun train.py\n").runs is None
     assert parse_env("export NCCL_ALGO=Tree\n").runs is None
+
+
+# --- PowerShell ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,env", [
+    ('$env:NCCL_DEBUG = "INFO"  # comment', {"NCCL_DEBUG": "INFO"}),
+    ("$Env:NCCL_IB_HCA='mlx5_0'", {"NCCL_IB_HCA": "mlx5_0"}),
+    ('${env:NCCL_P2P_LEVEL} = "NVL"; $ENV:NCCL_NSOCKS_PERTHREAD = 4',
+     {"NCCL_P2P_LEVEL": "NVL", "NCCL_NSOCKS_PERTHREAD": "4"}),
+    ("$env:NCCL_NTHREADS = 0x100", {"NCCL_NTHREADS": "256"}),  # an integer, as PowerShell prints it
+    ("$env:NCCL_DEBUG = 'it''s'", {"NCCL_DEBUG": "it's"}),  # '' is one quote, nothing expands
+    ('$env:NCCL_DEBUG = "a`"b"', {"NCCL_DEBUG": 'a"b'}),  # the backtick escapes in "..."
+    ('$env:NCCL_TOPO_FILE = "$HOME\\topo.xml"', {"NCCL_TOPO_FILE": "$HOME\\topo.xml"}),
+    ("$env:NCCL_DEBUG = \u201cINFO\u201d", {"NCCL_DEBUG": "INFO"}),  # typographic quotes count
+    ('PS C:\\Users\\me> $env:NCCL_DEBUG = "WARN"', {"NCCL_DEBUG": "WARN"}),
+    ('Run `$env:NCCL_DEBUG = "INFO"` first.', {"NCCL_DEBUG": "INFO"}),
+    ('[Environment]::SetEnvironmentVariable("NCCL_DEBUG", "INFO")', {"NCCL_DEBUG": "INFO"}),
+    ("Set-Item -Path Env:NCCL_DEBUG -Value INFO", {"NCCL_DEBUG": "INFO"}),
+    ('si Env:\\NCCL_DEBUG "WARN"', {"NCCL_DEBUG": "WARN"}),
+    ('Set-Item -Path "Env:NCCL_DEBUG" -Value:"INFO"', {"NCCL_DEBUG": "INFO"}),
+    ("New-Item -Path Env: -Name NCCL_DEBUG -Value INFO -Force", {"NCCL_DEBUG": "INFO"}),
+])
+def test_powershell_assignments_are_read_with_its_quoting(line, env):
+    parsed = parse_env(line)
+    assert parsed.env == env and not parsed.unparsed
+    assert all(a.shape.startswith("powershell") for a in parsed.assignments)
+
+
+def test_powershell_computed_values_removals_and_reads():
+    parsed = parse_env('$env:NCCL_DEBUG = $env:OTHER\n$env:NCCL_ALGO = "Ri" + "ng"\n'
+                       '$env:NCCL_SOCKET_IFNAME += ",eth1"\n')
+    assert parsed.named == ["NCCL_DEBUG", "NCCL_ALGO"]
+    assert parsed.env == {"NCCL_SOCKET_IFNAME": "$env:NCCL_SOCKET_IFNAME,eth1"}  # computed
+    removed = ("export NCCL_DEBUG=INFO\nexport NCCL_ALGO=Ring\nexport NCCL_PROTO=Simple\n"
+               "$env:NCCL_DEBUG = $null\nRemove-Item Env:NCCL_ALGO\n"
+               "[Environment]::SetEnvironmentVariable('NCCL_PROTO', '')\n")
+    assert parse_env(removed).env == {}
+    assert parse_env("Remove-Item -Path $env:TEMP\\nccl* -Force\n").env == {}  # a read
+    assert parse_env("```powershell\n$env:NCCL_DEBUG = 'INFO'\n```\n").env == {
+        "NCCL_DEBUG": "INFO"}
+
+
+def test_powershell_user_scope_is_read_with_a_note_that_this_session_does_not_get_it():
+    parsed = parse_env("[System.Environment]::SetEnvironmentVariable('NCCL_DEBUG', 'WARN', "
+                       "[System.EnvironmentVariableTarget]::User)\n")
+    assert parsed.env == {"NCCL_DEBUG": "WARN"}
+    assert "not to this session" in parsed.notes[0][1]
+
+
+# --- NO-BREAK and other Unicode spaces ----------------------------------------------------------
+
+def test_unicode_spaces_outside_quotes_read_as_plain_spaces():
+    parsed = parse_env("`export\u00a0NCCL_BLOCKING_WAIT=1`\nexport\u3000NCCL_DEBUG=INFO\n"
+                       "export NCCL_\u200bALGO=Ring\n")
+    assert parsed.env == {"NCCL_BLOCKING_WAIT": "1", "NCCL_DEBUG": "INFO", "NCCL_ALGO": "Ring"}
+    assert [n for n, _ in parsed.notes] == [1, 2, 3]
+    assert "U+00A0 (NO-BREAK SPACE)" in parsed.notes[0][1]
+    assert "dropped U+200B" in parsed.notes[2][1]
+    # inside a closed quote the character is the value's own: the process gets it
+    assert parse_env('export NCCL_SOCKET_IFNAME="eth\u00a00"\n').env == {
+        "NCCL_SOCKET_IFNAME": "eth\u00a00"}
+    assert parse_env("export A=1 # it's 'x\u00a0y'\n").notes == []  # a comment: nothing read
+
+
+# --- NCCL's own log lines -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,env", [
+    ("h:1:2 [0] NCCL INFO NCCL_IB_RETRY_CNT set by environment to 15.", {"NCCL_IB_RETRY_CNT": "15"}),
+    ("NCCL_IB_PCI_RELAXED_ORDERING set by environment to 1.", {"NCCL_IB_PCI_RELAXED_ORDERING": "1"}),
+    ("h:1:2 [0] NCCL INFO NCCL_COLLNET_ENABLE set by environment to 1.",
+     {"NCCL_COLLNET_ENABLE": "1"}),
+    ("h:1:2 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0.",  # %s: no full stop
+     {"NCCL_SOCKET_IFNAME": "eth0."}),
+    ("[1,0]<stdout>:h:1:2 [0] NCCL INFO NCCL_ALGO set by environment to Tree,Ring",
+     {"NCCL_ALGO": "Tree,Ring"}),
+    ("h:1:2 [0] NCCL INFO NCCL_SOCKET_IFNAME set to en", {"NCCL_SOCKET_IFNAME": "en"}),
+    ("h:1:2 [0] NCCL INFO Comm config cgaClusterSize reset to NCCL_MAX_CGA_CLUSTER_SIZE=4",
+     {"NCCL_MAX_CGA_CLUSTER_SIZE": "4"}),
+    ("h:1:2 [0] NCCL INFO Invalid value 99999999999999999999 for NCCL_IB_TIMEOUT, using default "
+     "20.", {"NCCL_IB_TIMEOUT": "99999999999999999999"}),
+    ("h:1:2 [0] NCCL INFO P2P Chunksize set to 131072", {}),
+    ("I think NCCL_IB_TIMEOUT set by environment to 22 is wrong", {}),  # prose, not the format
+])
+def test_nccl_log_lines_that_echo_a_setting_are_read_by_their_format(line, env):
+    parsed = parse_env(line + "\n")
+    assert parsed.env == env
+    assert all(a.shape == "NCCL log" for a in parsed.assignments)
+    assert bool(env) == any("NCCL's own log lines" in note for _, note in parsed.notes)
+
+
+def test_a_level_echo_that_came_from_p2p_disable_is_not_a_setting():
+    log = "h:1:2 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to LOC\n"
+    assert parse_env(log).env == {"NCCL_P2P_LEVEL": "LOC"}
+    parsed = parse_env("export NCCL_P2P_DISABLE=1\n" + log)  # NCCL < 2.23.4 printed this for it
+    assert parsed.env == {"NCCL_P2P_DISABLE": "1"} and "2.23.4" in parsed.notes[0][1]
+
+
+@pytest.mark.parametrize("log,nets", [
+    ("h:1:2 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so\n"
+     "h:1:2 [0] NCCL INFO P2P plugin IBext_v8\nh:1:2 [0] NCCL INFO Using network IBext_v8\n",
+     ["IBext_v8"]),  # "Using network" says which one is in use
+    ("h:1:2 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so\n"
+     "h:1:2 [0] NCCL INFO Using network IB\n", ["IB"]),  # loaded, but NCCL's own IB is used
+    ("h:1:2 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v6 (v6)\n",
+     ["NCCL RDMA Plugin v6"]),
+    ("h:1:2 [0] NCCL INFO Channel 00/0 : 1[0] -> 2[0] [receive] via NET/IBext_v8/1\n",
+     ["IBext_v8"]),
+    ("h:1:2 [0] NCCL INFO NET/IBext : Using [0]mlx5_0:1/IB ; OOB eth0\n", ["IBext"]),
+    ('echo "Using network interface: ${interface}"\n', []),
+])
+def test_the_networks_a_pasted_log_shows(log, nets):
+    assert [name for name, _ in parse_env(log).nets] == nets
+
+
+def test_a_reply_that_opens_with_a_mention_is_prose():
+    said = "@tingweiwu I tried using NCCL_SOCKET_IFNAME=^docker0    , but that did not work\n"
+    assert parse_env(said).env == {"NCCL_SOCKET_IFNAME": "^docker0"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.nccl import check_env, parse_env_file, render_exports
+from labkit.nccl.paste import parse_env
 from labkit.nccl.rules import RULES
 
 
@@ -105,6 +106,41 @@ def test_ib_disable_with_an_external_ib_plugin_does_not_force_sockets():
     found({"NCCL_IB_DISABLE": "1", "NCCL_IB_HCA": "=mlx5_0"}, "warning", "NCCL_IB_HCA", "ignored")
 
 
+
+SHARP_LOG = """NCCL_IB_DISABLE=1 not work
+h:1:2 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so
+h:1:2 [0] NCCL INFO P2P plugin IBext_v8
+h:1:2 [0] NCCL INFO Using network {net}
+"""
+
+
+@pytest.mark.parametrize("net,warns", [("IBext_v8", True), ("IB", False), ("Socket", False)])
+def test_ib_disable_with_the_ib_plugin_a_pasted_log_shows_in_use(net, warns):
+    parsed = parse_env(SHARP_LOG.format(net=net))
+    hits = [f for f in check_env(parsed.env, **parsed.job)
+            if f.variable == "NCCL_IB_DISABLE" and "NCCL_IBEXT_DISABLE" in f.message]
+    assert bool(hits) == warns
+    if warns:  # says what to set, the plugin's source and the maintainer's answer
+        assert hits[0].severity == "warning" and f"'Using network {net}'" in hits[0].message
+        assert "2f5ac02e" in hits[0].source and "ib_plugin.c#L376" in hits[0].source
+        assert "nccl-tests/issues/227" in hits[0].message and "NCCL_IBEXT_DISABLE=1" in hits[0].fix
+
+
+def test_ib_disable_with_the_plugin_s_ucx_transport_names_its_own_switch():
+    parsed = parse_env(SHARP_LOG.format(net="UCX"))
+    hit = found(parsed.env, "warning", "NCCL_IB_DISABLE", "NCCL_UCX_DISABLE", **parsed.job)
+    assert "ucx_plugin.c#L46" in hit.source and "NCCL_IBEXT_DISABLE" not in hit.message
+
+
+def test_ib_disable_with_the_ib_plugin_library_on_ld_library_path():
+    path = "/opt/hpcx/nccl_rdma_sharp_plugin/lib:$LD_LIBRARY_PATH"
+    found({"NCCL_IB_DISABLE": "1", "LD_LIBRARY_PATH": path}, "warning", "NCCL_IB_DISABLE",
+          "LD_LIBRARY_PATH holds its nccl_rdma_sharp_plugin directory")
+    quiet = check_env({"NCCL_IB_DISABLE": "1", "LD_LIBRARY_PATH": path,
+                       "NCCL_NET_PLUGIN": "none"})  # no external net plugin is loaded
+    assert not [f for f in quiet if "NCCL_IBEXT_DISABLE" in f.message]
+
+
 # GCP's TCPX test config (container-engine-accelerators gpudirect-tcpx/nccl-config-latest.yaml).
 TCPX = """-x NCCL_GPUDIRECTTCPX_FORCE_ACK=0 -x NCCL_SOCKET_IFNAME=eth0
 -x NCCL_DYNAMIC_CHUNK_SIZE=524288 -x NCCL_P2P_NET_CHUNKSIZE=524288 -x NCCL_P2P_PCI_CHUNKSIZE=524288
@@ -171,6 +207,7 @@ def test_an_exclude_list_that_leaves_lo_warns_that_bootstrap_may_pick_it(value, 
     if warns:  # socket.cc: a set list replaces NCCL's order; getifaddrs lists lo first
         assert findings[0].severity == "warning" and "127.0.0.1" in findings[0].message
         assert findings[0].edit.value == value + ",lo" and "socket.cc" in findings[0].source
+        assert "horovod/pull/700" in findings[0].message  # NCCL's maintainer said so there
     assert not [f for f in check_env({"NCCL_SOCKET_IFNAME": "^docker0"},
                                      interfaces={"eth0", "docker0"}) if "bootstrap" in f.message]
 

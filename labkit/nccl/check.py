@@ -64,7 +64,7 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
               host: Host | None = None, interfaces: Iterable[str] | None = None,
               hcas: Iterable[str] | None = None,
               runs: frozenset[str] | None = None, nodes: int | None = None,
-              tilde: Iterable[str] = ()) -> list[Finding]:
+              tilde: Iterable[str] = (), nets: Iterable[tuple[str, str]] = ()) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
@@ -73,14 +73,16 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
     (interfaces, HCAs, files) are reported as infos to check on the node. What a paste shows
     of the job (``ParsedEnv.job``): ``runs``, the collectives the job is known to run only (a
     pasted benchmark); ``nodes``, how many nodes it spans; ``tilde``, the variables whose
-    opening ``~`` the shell expands (else a ``~`` reaches the process as it is).
+    opening ``~`` the shell expands (else a ``~`` reaches the process as it is); ``nets``, the
+    networks NCCL's own log shows in use, each with the line that shows it.
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
     target = nccl_version if isinstance(nccl_version, NcclTarget) else \
         NcclTarget.newest() if nccl_version is None else \
         NcclTarget.parse(nccl_version, "as asked")
-    ctx = Context(env, target, host, detect_plugins(env), runs, nodes, frozenset(tilde))
+    ctx = Context(env, target, host, detect_plugins(env, tuple(nets)), runs, nodes,
+                  frozenset(tilde))
     findings: list[Finding] = []
     for name, value in env.items():
         var = REGISTRY.get(name)

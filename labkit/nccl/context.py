@@ -66,15 +66,27 @@ GENERIC = Plugin("external", "an external net plugin", (), (), f"{NCCL_DOC}#nccl
                  False)
 
 
-def detect_plugins(env: Mapping[str, str]) -> tuple[UsedPlugin, ...]:
-    """The network plugins ``env`` points at: by plugin name, or by a variable only it reads."""
+def detect_plugins(env: Mapping[str, str],
+                   nets: tuple[tuple[str, str], ...] = ()) -> tuple[UsedPlugin, ...]:
+    """The network plugins ``env`` points at: by plugin name, by a variable only it reads, by
+    its library on ``LD_LIBRARY_PATH`` (where NCCL, with NCCL_NET_PLUGIN unset, finds
+    libnccl-net.so); and the ones NCCL's log shows (``nets``: name, what shows it)."""
     found: dict[str, UsedPlugin] = {}
     named = " ".join(env.get(name, "") for name in ("NCCL_NET_PLUGIN", "NCCL_NET")).lower()
+    libraries = env.get("LD_LIBRARY_PATH", "").lower() if "NCCL_NET_PLUGIN" not in env else ""
     for plugin in PLUGINS:
         hint = next((v for v in plugin.plugin_values if v in named), None)
         names = sorted(n for n in env if n.startswith(plugin.prefixes))
+        shown = next((why for net, why in nets
+                      if any(v in net.lower() for v in plugin.plugin_values)), None)
+        library = next((d for d in plugin.library_dirs if d in libraries), None)
         if hint:
             found[plugin.name] = UsedPlugin(plugin, f"NCCL_NET_PLUGIN/NCCL_NET names {hint}")
+        elif shown:
+            found[plugin.name] = UsedPlugin(plugin, shown)
+        elif library:
+            found[plugin.name] = UsedPlugin(plugin, f"LD_LIBRARY_PATH holds its {library} "
+                                            "directory, where NCCL finds libnccl-net.so")
         elif names:
             found[plugin.name] = UsedPlugin(plugin, f"{names[0]} is set")
     if env.get("FI_PROVIDER", "").lower() == "efa" and "aws-ofi-nccl" not in found:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from labkit.nccl.nccllog import echoed_value
+
 _PREFIX = re.compile(r"([A-Za-z0-9_.\-]+):(\d+):(\d+) \[(\d+)\] NCCL INFO (.*)$")
 _VERSION = re.compile(r"NCCL version (\S+)")
 _CONNECTION = re.compile(r"(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx]+)\])? -> "
@@ -31,7 +33,7 @@ _NET_ENTRY = re.compile(r"\[(\d+)\]([^:\s]+):(\S+)")
 _NO_DEVICE = re.compile(r"NET/(IB|Socket) ?: No device found")
 _NETWORK = re.compile(r"Using network (\S.*?)\s*$")  # IB, Socket, or a plugin: "Libfabric", "AWS Libfabric"
 _COLL_CHANNELS = re.compile(r"(\d+) coll channels")
-_ENV = re.compile(r"(NCCL_\w+) set by environment to (.+?)\.?$")
+_ENV = re.compile(r"(NCCL_\w+) set by environment to (.+?)\s*$")
 
 
 @dataclass
@@ -95,7 +97,7 @@ class DebugLog:
     ring_channels: int | None = None  # the N of "Channel xx/N"
     coll_channels: list[int] = field(default_factory=list)  # "N coll channels" per rank
     trees: dict[tuple[str, int, int], dict[int, str]] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to Y"
+    env: dict[str, str] = field(default_factory=dict)  # "NCCL_X set by environment to Y" (nccllog)
     hosts: set[str] = field(default_factory=set)
     parsed_lines: int = 0
     ignored_lines: int = 0
@@ -234,7 +236,7 @@ def _coll_channels(log: DebugLog, m: re.Match, host: str, pid: int, dev: int) ->
 
 
 def _env(log: DebugLog, m: re.Match, host: str, pid: int, dev: int) -> None:
-    log.env[m.group(1)] = m.group(2)
+    log.env[m.group(1)] = echoed_value(m.group(1), m.group(2))
 
 
 _HANDLERS = [(_CONNECTION, _connection), (_RING, _ring), (_INIT, _init), (_TOPOLOGY, _topology),

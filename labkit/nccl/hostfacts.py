@@ -27,6 +27,7 @@ FIND_INTERFACES = NCCL_GITHUB + "src/misc/socket.cc#L190-L229"
 XML_CC = NCCL_GITHUB + "src/graph/xml.cc#L409-L422"
 MAX_TOPO_BYTES = 8 << 20
 LOOPBACK_ISSUE = "https://github.com/NVIDIA/nccl/issues/286"
+LOOPBACK_PICKED = "https://github.com/horovod/horovod/pull/700"
 LOOPBACK_RFC = "https://www.rfc-editor.org/rfc/rfc1122#section-3.2.1.3"
 TILDE_EXPANSION = "https://www.gnu.org/software/bash/manual/bash.html#Tilde-Expansion"
 # Where NCCL says, or shows in its source, that it takes a path as given: '~' stays a '~'.
@@ -159,7 +160,9 @@ def _loopback_left(var: Variable, value: str, parsed: NameList) -> list[Finding]
                     + (f" (and {', '.join(also)})" if also else "") + " can be picked again. "
                     "NCCL takes interfaces in getifaddrs() order and bootstrap uses the first "
                     "match; lo is interface 1 on Linux and normally listed first, so bootstrap "
-                    "can bind 127.0.0.1, which other nodes cannot reach (fine on one node)",
+                    "can bind 127.0.0.1, which other nodes cannot reach (fine on one node). "
+                    "NCCL's maintainer on '^docker0': it 'means we might pick the lo interface' "
+                    f"({LOOPBACK_PICKED})",
                     f"NCCL_SOCKET_IFNAME={fixed}, or name the interface to use (e.g. =eth0)",
                     Edit("set", fixed, "exclude lo too"), source=FIND_INTERFACES)]
 

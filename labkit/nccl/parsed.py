@@ -10,8 +10,9 @@ with a note; one it reads only if ``NCCL_CONF_FILE`` names it is kept, with a no
 
 Besides the variables, a paste says a little about the job, which ``check_env`` can use
 (``ParsedEnv.job``): the collectives it runs when it is only a benchmark (``runs``), on how many
-nodes it runs when a launcher or scheduler says so (``nodes``), and which values open with a
-``~`` that the shell expands (``tilde``: the process gets a home directory, not a ``~``).
+nodes it runs when a launcher or scheduler says so (``nodes``), which values open with a
+``~`` that the shell expands (``tilde``: the process gets a home directory, not a ``~``), and the
+networks NCCL's log lines show it using (``nets``: an external plugin reads its own variables).
 """
 
 from __future__ import annotations
@@ -62,12 +63,15 @@ class ParsedEnv:
     tilde: frozenset[str] = frozenset()
     """Variables whose value opens with a ``~`` that the shell expands (an unquoted assignment,
     ``export``, ``mpirun -x NAME=~/x`` in bash): the process sees a home directory there."""
+    nets: tuple[tuple[str, str], ...] = ()
+    """The networks NCCL's own log lines in the paste show in use (``Using network IBext_v8``) or
+    loaded, each with the line that shows it (``labkit.nccl.nccllog.shown_nets``)."""
 
     @property
     def job(self) -> dict[str, object]:
         """What the paste says about the job, as ``check_env`` keywords (``runs``, ``nodes``,
-        ``tilde``)."""
-        return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde}
+        ``tilde``, ``nets``)."""
+        return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde, "nets": self.nets}
 
     @property
     def count(self) -> int:

@@ -14,25 +14,28 @@ Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``pri
 (``labkit.nccl.pydict``), shell statements in quoted strings (``cmd = "export A=1;export B=2"``)
 and in ``$(...)``, and lines written to NCCL's config files (``echo K=V >> /etc/nccl.conf``,
 ``printf``, ``tee``, here-documents: ``labkit.nccl.ncclconf``, merged as NCCL merges them, see
-``labkit.nccl.parsed``). Around them: a UTF-8 BOM, CRLF, ``\\``
+``labkit.nccl.parsed``), PowerShell (``$env:A = "1"``, ``SetEnvironmentVariable``, ``Set-Item
+Env:A``: ``labkit.nccl.powershell``), and NCCL's own log lines that echo a setting (``A set by
+environment to 15.``: ``labkit.nccl.nccllog``). Around them: a UTF-8 BOM, CRLF, ``\\``
 continuations, Markdown fences and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``)
-traces, comments. Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
+traces, comments, NO-BREAK and other Unicode spaces outside quotes (``labkit.nccl.spaces``).
+Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
 them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
 "named, value not given": listed in ``named``, not in ``env``.
 
 Not settings: log output that prints them as ``NAME: value`` (``labkit.nccl.logoutput``).
 Besides the variables, ``ParsedEnv.job`` says what the paste shows of the job: a benchmark's
-collectives, the node count, the values whose ``~`` the shell expands (``labkit.nccl.parsed``).
+collectives, the node count, the values whose ``~`` the shell expands (``labkit.nccl.parsed``),
+the networks its NCCL log shows in use.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from bisect import bisect_right
 from dataclasses import replace
 
-from labkit.nccl import ncclconf, pydict
+from labkit.nccl import ncclconf, nccllog, powershell, pydict
 from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
 from labkit.nccl.logoutput import LOG_NOTE, log_run
 from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge, node_count
@@ -43,12 +46,13 @@ from labkit.nccl.shellwords import (
     split_words,
     tilde_expands,
 )
+from labkit.nccl.spaces import plain_spaces, spaced_notes
 from labkit.nccl.yamlenv import EnvBlock, is_null, yaml_scalar
 
 __all__ = ["Assignment", "ParsedEnv", "parse_env"]
 
 _LANGUAGE_TAGS = {"bash", "sh", "shell", "zsh", "console", "text", "yaml", "yml", "env",
-                  "dotenv", "ini", "dockerfile", "json", "python"}
+                  "dotenv", "ini", "dockerfile", "json", "python", "powershell", "pwsh", "ps1"}
 _PROMPT = re.compile(r"""\s*(?:\+{1,9}\s+                          # set -x trace
     | (?:\([\w.-]+\)\s*)?(?:\[[^\]]*\]|[\w.-]+@[\w.-]+(?::\S*?)?|[\w.-]+:[~/]\S*?)?\s*[$%]\s+
                                                               # $, user@host:~$, host:~/dir$
@@ -68,20 +72,15 @@ _MENTION = re.compile(rf"(?<![\w${{%])(?:{_WATCHED})(?!\w)"
                       r"|(?:^|(?<=[\s;&|(]))[\"']?([A-Z_][A-Z0-9_]*)(?==)")
 _READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']""")
 _YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
-_PY_TARGET = r"""(?:os\.environ|\b[a-z_]*env[a-z_]*)\[\s*(["'])(\w+)\1\s*\]\s*=(?!=)"""
-_PY_SET = re.compile(_PY_TARGET + r"""\s*(["'])(.*?)\3(?=\s*(?:[#;)]|$))""")  # a literal
-_PY_SET_ANY = re.compile(_PY_TARGET)  # os.environ["A"] = "x," + rest: computed, only named
-_PY_DEFAULT = re.compile(
-    r"""os\.(?:environ\.setdefault|putenv)\(\s*(["'])(\w+)\1\s*,\s*(["'])(.*?)\3\s*\)""")
-_JSON_PAIR = re.compile(
-    r"""(["'])([A-Z][A-Z0-9]*_[A-Z0-9_]*)\1\s*:\s*("(?:[^"\\]|\\.)*"|'[^']*'|-?[\w.]+)""")
 _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]*)")
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
 _MAX_SPAN = 20  # physical lines one quoted value may span
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
-# "I worked ...", "2. If I set ...", "set X=0 and it works": a sentence, not a command line
+# "I worked ...", "2. If I set ...", "set X=0 and it works", a reply to "@user ...": a sentence,
+# not a command line
 _SENTENCE = re.compile(r"\s*(?:\d{1,2}[.)]\s+)?(?:[A-Z][a-z']*[,:]?|set|try|use|with|then|and)\s"
+                       r"|\s*@[A-Za-z0-9][\w-]*[,:]?\s"
                        r"|\s*\[\w[\w ./-]*\]\s")  # or a titled "[Core] NCCL_X=1 leads to ..."
 _PROSE_PAIR = re.compile(rf"(?<![\w$%-])({_WATCHED})=([^\s'\"`;()<>]+?)"
                          rf"(?=[`'\"]*[.,;:!?)]*(?:\s|$)|,(?:{_WATCHED})=)")  # `A=x`., A=x,B=y
@@ -90,8 +89,8 @@ _LEAD_IN = re.compile(rf"[^=`'\"]*?:\s+(?=(?:{_WATCHED})=)")  # "the command is 
 _QUOTED_KEY = re.compile(rf"""["'](?:{_WATCHED})["']\s*:""")
 def parse_env(text: str) -> ParsedEnv:
     """Read every variable a pasted block sets, whatever its shape (see the module docstring)."""
-    text = drop_continuation_prompts(
-        text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n"))
+    text, respaced = plain_spaces(drop_continuation_prompts(
+        text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")))
     reader = _Reader(text)
     reader.run()
     if not reader.assignments and not text.startswith("#!") and _ROOT_PROMPT.search(text):
@@ -102,8 +101,11 @@ def parse_env(text: str) -> ParsedEnv:
             unprompted.notes.insert(0, (first, "read '# <command>' as a root shell prompt, not a "
                                         "comment: nothing else in the text sets a variable"))
             reader = unprompted
+    reader.assignments, logged = nccllog.log_settings(reader.assignments)
+    reader.notes += logged + spaced_notes(respaced, {a.line for a in reader.assignments})
     parsed = reader.result()
-    return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env))
+    return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env),
+                   nets=nccllog.shown_nets(text))
 
 
 class _Reader:
@@ -204,16 +206,18 @@ class _Reader:
             self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape,
                                                tilde=tilde)])
             return i + 1
+        if self._own_shape(number, stripped):
+            return i + 1
         if "os.environ[" in line and "]" not in line:  # os.environ[ / "KEY" / ] = "v"
             joined = self._joined(i, "]")
-            if joined is not None and (found := self._code_pairs(joined[0])):
+            if joined is not None and (found := pydict.code_pairs(joined[0])):
                 self._add(number, joined[0], found)
                 return joined[1]
         string = _STRING_LINE.fullmatch(line) if "=" in line else None
         if string and _MENTION.search(string.group(2)):  # "NCCL_X=1 " in Python strings
             self._shell_text(number, stripped, string.group(2))
             return i + 1
-        found = self._code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
+        found = pydict.code_pairs(stripped) if "os." in line or '":' in line or "':" in line \
             or ("env" in line and "[" in line) else []
         top = _YAML_TOP.fullmatch(line) if ":" in line and "_" in line else None
         if top and not found and self._log_output(i):
@@ -230,6 +234,19 @@ class _Reader:
             self._check_read(i, stripped, [])  # prose, or commands that set nothing
             return i + 1
         return self._shell(i)
+
+    def _own_shape(self, number: int, line: str) -> bool:
+        """Whether ``line`` is PowerShell that sets variables (``labkit.nccl.powershell``) or an
+        NCCL log line that echoes one (``labkit.nccl.nccllog``)."""
+        read = powershell.read_line(line)
+        if read is not None:
+            self._add(number, line, read[0])
+            self.notes += [(number, note) for note in read[1]]
+            return True
+        echoed = nccllog.read_line(line)
+        if echoed is not None:
+            self._add(number, line, echoed)
+        return echoed is not None
 
     def _log_output(self, i: int) -> bool:
         """Whether line ``i``, a bare ``NAME: value``, is log output (``labkit.nccl.logoutput``);
@@ -278,27 +295,6 @@ class _Reader:
             self.watched_keys = [m.start() for m in _QUOTED_KEY.finditer(self.text)]
         at = bisect_right(self.watched_keys, self.starts[i] - 1)
         return at < len(self.watched_keys)
-
-    def _code_pairs(self, line: str) -> list[Found]:
-        """``os.environ["A"] = "1"``, ``os.environ.setdefault(...)``, ``"NCCL_X": "1"`` pairs."""
-        found = [Found(m.group(2), m.group(4), "python os.environ")
-                 for pattern in (_PY_SET, _PY_DEFAULT) for m in pattern.finditer(line)]
-        if found:
-            return found
-        found = [Found(m.group(2), None, "python os.environ") for m in _PY_SET_ANY.finditer(line)]
-        if found:
-            return found
-        for match in _JSON_PAIR.finditer(line):
-            value = match.group(3)
-            if value.startswith('"'):
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    value = value[1:-1]
-            elif value.startswith("'"):
-                value = value[1:-1]
-            found.append(Found(match.group(2), value, "json"))
-        return found
 
     def _shell_text(self, number: int, raw: str, text: str, shape: str = "",
                     shell: bool = True) -> None:

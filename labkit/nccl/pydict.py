@@ -13,6 +13,10 @@ number) as value is set; with any other value (a call, a name, an f-string with 
 named, value not given. A literal counts only if it looks like an environment: its text before
 the brace says ``env``, or a key carries a watched prefix.
 
+``code_pairs(line)`` reads one-line Python and JSON settings: ``os.environ["A"] = "1"`` (a
+literal is set, anything else named), ``os.environ.setdefault("A", "1")``, ``os.putenv``, and
+``"NCCL_X": "1"`` pairs.
+
 Keyword arguments of a call written one per line (``with patch_env(`` / ``NCCL_X='1',`` /
 ``RANK=str(rank),``) are read by ``read_keyword``: a literal is set, an expression is named.
 """
@@ -20,6 +24,7 @@ Keyword arguments of a call written one per line (``with patch_env(`` / ``NCCL_X
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import NamedTuple
 
@@ -35,6 +40,13 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _BLANKS = re.compile(r"[ \t\r\\]+")
 _EXPR = re.compile(r"[^\s,:{}\[\]()'\"#]+")
 _CLOSE = {"{": "}", "[": "]", "(": ")"}
+_PY_TARGET = r"""(?:os\.environ|\b[a-z_]*env[a-z_]*)\[\s*(["'])(\w+)\1\s*\]\s*=(?!=)"""
+_PY_SET = re.compile(_PY_TARGET + r"""\s*(["'])(.*?)\3(?=\s*(?:[#;)]|$))""")  # a literal
+_PY_SET_ANY = re.compile(_PY_TARGET)  # os.environ["A"] = "x," + rest: computed, only named
+_PY_DEFAULT = re.compile(
+    r"""os\.(?:environ\.setdefault|putenv)\(\s*(["'])(\w+)\1\s*,\s*(["'])(.*?)\3\s*\)""")
+_JSON_PAIR = re.compile(
+    r"""(["'])([A-Z][A-Z0-9]*_[A-Z0-9_]*)\1\s*:\s*("(?:[^"\\]|\\.)*"|'[^']*'|-?[\w.]+)""")
 
 
 class _Token(NamedTuple):
@@ -66,6 +78,28 @@ def read_dict(text: str, start: int, number: int, watched: re.Pattern[str]
 
 _KEYWORD = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*[,)]\)*:?\s*")
 KEYWORD_SHAPE = "python keyword argument"
+
+
+def code_pairs(line: str) -> list[Found]:
+    """``os.environ["A"] = "1"``, ``os.environ.setdefault(...)``, ``"NCCL_X": "1"`` pairs."""
+    found = [Found(m.group(2), m.group(4), "python os.environ")
+             for pattern in (_PY_SET, _PY_DEFAULT) for m in pattern.finditer(line)]
+    if found:
+        return found
+    found = [Found(m.group(2), None, "python os.environ") for m in _PY_SET_ANY.finditer(line)]
+    if found:
+        return found
+    for match in _JSON_PAIR.finditer(line):
+        value = match.group(3)
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = value[1:-1]
+        elif value.startswith("'"):
+            value = value[1:-1]
+        found.append(Found(match.group(2), value, "json"))
+    return found
 
 
 def read_keyword(line: str, before: str) -> Found | None:

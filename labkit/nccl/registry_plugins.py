@@ -11,7 +11,9 @@ Sources, each checked at the file named:
   NCCL_P2P_PXN_LEVEL=0, channel and chunk sizes) and ``TCPXO_DOC`` (its TCPXO release notes
   and nccl-env-profile.sh settings).
 - NVIDIA's IB/SHARP external plugin (nccl-rdma-sharp-plugins): ``src/ib_plugin.c`` reads
-  ``NCCL_IBEXT_DISABLE`` (not ``NCCL_IB_DISABLE``) and the same ``NCCL_IB_*`` names as NCCL.
+  ``NCCL_IBEXT_DISABLE`` (not ``NCCL_IB_DISABLE``; ``IBEXT_DISABLE`` at commit 2f5ac02, line
+  376) and the same ``NCCL_IB_*`` names as NCCL; HPC-X installs it as
+  ``nccl_rdma_sharp_plugin/lib/libnccl-net.so``. NCCL's maintainer on it: NVIDIA/nccl-tests#227.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ TCPX_CONFIG = GKE + "gpudirect-tcpx/nccl-config-latest.yaml"
 TCPXO_DOC = GKE + "gpudirect-tcpxo/README.md"
 TCPX_GUIDE = "https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx"
 IBEXT = "https://github.com/Mellanox/nccl-rdma-sharp-plugins/blob/master/src/"
+IBEXT_DISABLE = ("https://github.com/Mellanox/nccl-rdma-sharp-plugins/blob/"
+                 "2f5ac02e164336044388b7f1f6242cc0db575fec/src/ib_plugin.c#L376")
+IBEXT_MAINTAINER = "https://github.com/NVIDIA/nccl-tests/issues/227"
+UCX_DISABLE = ("https://github.com/Mellanox/nccl-rdma-sharp-plugins/blob/"
+               "2f5ac02e164336044388b7f1f6242cc0db575fec/src/ucx_plugin.c#L46")
 
 
 @dataclass(frozen=True)
@@ -38,10 +45,11 @@ class Plugin:
     name: str
     title: str
     prefixes: tuple[str, ...]  # variable-name prefixes only it reads
-    plugin_values: tuple[str, ...]  # substrings of NCCL_NET_PLUGIN / NCCL_NET that name it
+    plugin_values: tuple[str, ...]  # substrings of NCCL_NET_PLUGIN / NCCL_NET / a logged net name
     source: str
     reads_ib: bool  # reads NCCL's NCCL_IB_* names (its own IB verbs transport)
     sets: tuple[str, ...] = ()  # NCCL variables its documented configuration sets
+    library_dirs: tuple[str, ...] = ()  # directory names its libnccl-net.so is installed under
 
 
 PLUGINS = (
@@ -64,7 +72,8 @@ PLUGINS = (
             "NCCL_P2P_NVL_CHUNKSIZE", "NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_PATH")),
     Plugin("nccl-ib-ext", "NVIDIA's IB/SHARP external plugin (nccl-rdma-sharp-plugins)",
            ("NCCL_IBEXT_", "NCCL_SHARP_", "NCCL_UCX_", "SHARP_COLL_"),
-           ("ibext", "sharp", "ucx"), IBEXT + "ib_plugin.c", True),
+           ("ibext", "sharp", "ucx", "rdma plugin"), IBEXT + "ib_plugin.c", True,
+           library_dirs=("nccl_rdma_sharp_plugin", "nccl-rdma-sharp-plugins")),
 )
 LIBRARY_PREFIXES = {"FI_": ("libfabric", EFA_DOC), "RDMAV_": ("rdma-core", EFA_DOC),
                     "RCCL_": ("RCCL (AMD)", "https://rocm.docs.amd.com/projects/rccl/en/latest/"

@@ -13,7 +13,7 @@ from labkit.nccl import rules_torch
 from labkit.nccl.context import Context, Rule
 from labkit.nccl.findings import Finding, error, info, warning
 from labkit.nccl.registry import ALIASES, REGISTRY
-from labkit.nccl.registry_plugins import IBEXT
+from labkit.nccl.registry_plugins import IBEXT_DISABLE, IBEXT_MAINTAINER, UCX_DISABLE
 from labkit.nccl.shellwords import computed
 from labkit.nccl.syntax import (
     ALGORITHMS,
@@ -55,12 +55,21 @@ def ib_disable_with_plugin(ctx: Context) -> list[Finding]:
     """NCCL_IB_DISABLE is read by NCCL's own IB transport only, not by external net plugins."""
     if not is_one(ctx.env, "NCCL_IB_DISABLE") or not ctx.plugins:
         return []
-    used = ctx.plugins[0]
+    used = next((p for p in ctx.plugins if p.plugin.reads_ib), ctx.plugins[0])
+    if used.plugin.reads_ib and "ucx" in used.evidence.lower():
+        return [warning("NCCL_IB_DISABLE", f"{used.plugin.title} is in use with its UCX "
+                        f"transport ({used.evidence}): that transport is switched off by "
+                        "NCCL_UCX_DISABLE (NCCL_PARAM(UCXDisable, \"UCX_DISABLE\", 0) in its "
+                        "ucx_plugin.c), not by NCCL_IB_DISABLE, so NCCL_IB_DISABLE=1 does not "
+                        "force sockets", "NCCL_NET=Socket to force sockets", source=UCX_DISABLE)]
     if used.plugin.reads_ib:
         return [warning("NCCL_IB_DISABLE", f"{used.plugin.title} is in use ({used.evidence}): it "
-                        "reads NCCL_IBEXT_DISABLE, not NCCL_IB_DISABLE, so its IB transport stays "
-                        "on and NCCL_IB_DISABLE=1 does not force sockets", "NCCL_IBEXT_DISABLE=1 "
-                        "(or NCCL_NET=Socket) to really turn IB off", source=IBEXT + "ib_plugin.c")]
+                        "reads NCCL_IBEXT_DISABLE, not NCCL_IB_DISABLE (NCCL_PARAM(IbDisable, "
+                        "\"IBEXT_DISABLE\", 0) in its ib_plugin.c), so its IB transport stays on "
+                        "and NCCL_IB_DISABLE=1 does not force sockets; NCCL's maintainer on this "
+                        "plugin: set NCCL_IBEXT_DISABLE=1 and keep NCCL_IB_DISABLE=1 for NCCL's "
+                        f"internal IB transport ({IBEXT_MAINTAINER})", "NCCL_IBEXT_DISABLE=1 as "
+                        "well (or NCCL_NET=Socket) to really turn IB off", source=IBEXT_DISABLE)]
     return [info("NCCL_IB_DISABLE", f"turns off NCCL's internal IB transport only; "
                  f"{used.plugin.title} ({used.evidence}) carries the traffic and reads its own "
                  "variables", source=used.plugin.source)]
@@ -213,7 +222,7 @@ def nvls_with_multi_rank_gpu(ctx: Context) -> list[Finding]:
 
 RULES: tuple[Rule, ...] = (
     Rule("ib-off-with-hca", f"{NCCL_DOC}#nccl-ib-disable", ib_disabled_with_hca),
-    Rule("ib-disable-with-plugin", IBEXT + "ib_plugin.c#L376", ib_disable_with_plugin),
+    Rule("ib-disable-with-plugin", IBEXT_DISABLE, ib_disable_with_plugin),
     Rule("p2p-disable-wins", NCCL_GITHUB + "src/graph/paths.cc#L244-L256", p2p_disabled_with_level),
     Rule("socket-threads-64", NCCL_GITHUB + "src/transport/net_socket.cc#L390-L396",
          socket_threads),
