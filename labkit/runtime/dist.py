@@ -29,6 +29,7 @@ JOIN_TIMEOUT_ENV = "LABKIT_JOIN_TIMEOUT"
 BACKEND_ENV = "LABKIT_BACKEND"  # force a backend: gloo or nccl
 SIMULATED_ENV = "LABKIT_SIMULATED_NODES"  # set by labkit's launcher: every rank on this host
 NODE_ENV = "LABKIT_NODE"  # which simulated node (agent) a rank runs on; stays put across restarts
+WARM_ENV = "LABKIT_WARM_GROUP"  # set on a warm group's ranks (labkit.runtime.warm): the group stays
 DEFAULT_TIMEOUT_S = 60.0
 """Lab default for collectives; override with LABKIT_COLLECTIVE_TIMEOUT."""
 DEFAULT_JOIN_TIMEOUT_S = 300.0
@@ -193,8 +194,14 @@ def teardown() -> None:
     then, more often on a loaded machine. What can still hold the group is released first:
     DTensor's plan caches (they keep FSDP's device mesh) and DDP or FSDP modules waiting in
     reference cycles for the garbage collector. A module the script itself still references
-    keeps the group alive: delete it before ``teardown()``."""
+    keeps the group alive: delete it before ``teardown()``.
+
+    On a warm group's ranks (``%torchrun_start``) it does nothing: the group outlives the cell
+    and ends with the group, so a cell written for a fresh job runs there unchanged."""
     import gc
+
+    if os.environ.get(WARM_ENV) == "1":
+        return
 
     import torch.distributed as dist
 

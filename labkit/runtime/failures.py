@@ -76,7 +76,7 @@ def describe_exit(exitcode: int) -> str:
         else f"killed by {name}"
 
 
-def _failure_details(failure: RankFailure) -> str:
+def failure_details(failure: RankFailure) -> str:
     """The traceback, or for a process that ended without one its last stderr lines."""
     if failure.traceback:
         return failure.traceback
@@ -106,7 +106,7 @@ class RankFailedError(LaunchError):
             more += f"\n  then {len(self.others) - MORE_SHOWN} more rank(s)"
         super().__init__(
             f"rank {failure.rank} (node {failure.node}, restart {failure.restart}) failed: "
-            f"{failure.error}{more}\n\n{_failure_details(failure)}"
+            f"{failure.error}{more}\n\n{failure_details(failure)}"
         )
 
 
