@@ -62,8 +62,11 @@ test-speed: $(STAMP) ## the speed tier: pace x0.1 and x10, then the smoke course
 lint: $(STAMP) ## ruff over labkit, tests and notebooks
 	$(ENV_PYTHON) -m ruff check labkit tests notebooks
 
-lab: $(STAMP) ## open JupyterLab on the notebooks
-	$(ENV_PYTHON) -m jupyter lab --notebook-dir=notebooks $(ARGS)
+# The lab's kernelspec (labkit/course/jupyter) comes first: its kernels load labkit at start, so
+# %%torchrun is there after a kernel restart too.
+lab: $(STAMP) ## open JupyterLab on the notebooks (kernels start with labkit loaded)
+	JUPYTER_PATH="$(CURDIR)/labkit/course/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
+		$(ENV_PYTHON) -m jupyter lab --notebook-dir=notebooks $(ARGS)
 
 doctor: $(STAMP) ## what this machine has: torch, GPUs, NCCL, Redis, NATS, optional programs
 	$(ENV_PYTHON) -m labkit doctor $(ARGS)

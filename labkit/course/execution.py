@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import secrets
@@ -301,30 +300,30 @@ def environment(**changes: str | None) -> Iterator[None]:
         apply(saved)
 
 
+LAB_JUPYTER_PATH = Path(__file__).parent / "jupyter"
+"""The lab's own Jupyter data folder: its "python3" kernelspec starts IPython with
+``--ext=labkit``, so every kernel the lab starts (``make lab``, ``labkit course run``, a kernel
+restarted in JupyterLab) has ``%%torchrun`` loaded without ``%load_ext labkit``."""
+
+
 @contextlib.contextmanager
 def lab_kernel(kernel_name: str | None) -> Iterator[str]:
-    """The kernel to run in: ``kernel_name`` as given, else "python3" on this very interpreter.
+    """The kernel to run in: ``kernel_name`` as given, else the lab's "python3" on this very
+    interpreter, with labkit's extension loaded at start.
 
     jupyter_client looks "python3" up in a list of kernelspec folders, first match wins. In a
-    virtualenv the venv's own spec comes first (its argv "python" is swapped for sys.executable),
-    but outside one (conda base, system Python, JUPYTER_PREFER_ENV_PATH=0) a user-level spec such
-    as ~/.local/share/jupyter/kernels/python3 from an old ``ipykernel install --user`` wins, and
-    the notebooks would run on another Python with other packages. JUPYTER_PATH is searched
-    before all of those, so a "python3" spec for sys.executable in a temporary JUPYTER_PATH
-    folder pins the kernel to this interpreter and keeps the usual name in the notebooks.
+    virtualenv the venv's own spec comes first, but outside one (conda base, system Python,
+    JUPYTER_PREFER_ENV_PATH=0) a user-level spec such as ~/.local/share/jupyter/kernels/python3
+    from an old ``ipykernel install --user`` wins, and the notebooks would run on another Python
+    with other packages. JUPYTER_PATH is searched before all of those, so the lab's folder
+    (``LAB_JUPYTER_PATH``) goes first on it; its spec's argv "python" is what jupyter_client
+    swaps for sys.executable, which pins the kernel to this interpreter and keeps the usual name
+    in the notebooks.
     """
     if kernel_name is not None:
         yield kernel_name
         return
-    with tempfile.TemporaryDirectory(prefix="labkit-kernels-") as tmp:
-        spec_dir = Path(tmp, "kernels", "python3")
-        spec_dir.mkdir(parents=True)
-        spec = {
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (ipykernel)",
-            "language": "python",
-        }
-        (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
-        jupyter_path = os.pathsep.join(p for p in (tmp, os.environ.get("JUPYTER_PATH")) if p)
-        with environment(JUPYTER_PATH=jupyter_path):
-            yield "python3"
+    jupyter_path = os.pathsep.join(
+        p for p in (str(LAB_JUPYTER_PATH), os.environ.get("JUPYTER_PATH")) if p)
+    with environment(JUPYTER_PATH=jupyter_path):
+        yield "python3"
