@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -43,3 +47,29 @@ def session_processes(matches: Callable[[str], bool]) -> list[str]:
             continue
         found.append(f"{entry.name}: {cmdline}")
     return found
+
+
+@contextlib.contextmanager
+def interrupt_when(ready: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, Ctrl-C arrives (SIGINT to this process, raised as KeyboardInterrupt in
+    the main thread) as soon as ``ready()`` is true, as a notebook's interrupt reaches its
+    kernel. Python's own handler is put in place for the block: a suite started in the
+    background (``cmd &``) inherits SIGINT ignored."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if ready():
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        signal.signal(signal.SIGINT, previous)

@@ -2,34 +2,24 @@
 
 from __future__ import annotations
 
-import sys
 import traceback
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
+from ipython_helpers import labkit_shell, shown_lines
+from process_helpers import interrupt_when
 
 from labkit.errors import ParameterError
 from labkit.runtime import magic
 from labkit.runtime.failures import RankFailedError
+from labkit.runtime.interrupts import Interrupted
 from labkit.runtime.magic import cell_script, parse_env
 
 
 @pytest.fixture(scope="module")
 def shell():
     """An IPython shell with ``%load_ext labkit`` done; process-wide hooks put back after."""
-    saved = sys.modules.get("__main__"), sys.displayhook, sys.excepthook
-    config = Config()
-    config.HistoryManager.enabled = False  # no history database in $HOME
-    ip = InteractiveShell.instance(config=config)
-    try:
-        ip.run_line_magic("load_ext", "labkit")
+    with labkit_shell() as ip:
         yield ip
-    finally:
-        InteractiveShell.clear_instance()
-        main, sys.displayhook, sys.excepthook = saved
-        if main is not None:
-            sys.modules["__main__"] = main
 
 
 @pytest.mark.slow
@@ -79,6 +69,30 @@ def test_failing_rank_raises_in_the_cell_with_its_traceback(shell, capsys):
     assert 'cell.py", line 5, in <module>' in message
     assert "raise RuntimeError(f'rank {rank} is broken')" in message
     assert "never" not in shell.user_ns
+
+
+@pytest.mark.slow
+def test_interrupting_a_cold_cell_prints_one_line_and_leaves_nothing(shell, capsys, tmp_path,
+                                                                     leftover_processes):
+    """Ctrl-C while a cold job runs: the agents' interrupt tracebacks and labkit's own frames
+    stay unshown; one line says what stopped and counts the processes, none left."""
+    flag = tmp_path / "run-dir"
+    shell.user_ns["flag"] = str(flag)
+    cell = ("%%torchrun --vars flag --timeout 300\n"
+            "import os, pathlib, time\n"
+            "pathlib.Path(flag).write_text(os.environ['LABKIT_RUN_DIR'])\n"
+            "time.sleep(300)\n")
+    capsys.readouterr()
+    with interrupt_when(flag.exists):
+        outcome = shell.run_cell(cell, store_history=False)
+    shown = shown_lines(capsys.readouterr().out)
+    err = outcome.error_in_exec
+    assert isinstance(err, Interrupted) and isinstance(err, KeyboardInterrupt), err
+    assert shown == [err.line], shown
+    assert err.line.startswith("Interrupted: stopped the cold %%torchrun job (1 node x 1 rank): ")
+    assert err.ended >= 3 and err.left == 0  # the agent, the rank and its stderr tap
+    assert err.line.endswith(f"{err.ended} processes ended, none left.")
+    assert leftover_processes(flag.read_text()) == []
 
 
 @pytest.mark.slow
