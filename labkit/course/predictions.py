@@ -129,6 +129,10 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def _times(ratio: float) -> str:
+    return f"{ratio:.2f}" if abs(ratio) >= 0.1 else f"{ratio:.2g}"
+
+
 def describe(p: Prediction) -> str:
     """The one line ``record`` prints."""
     said = f" ({p.model_says})" if p.model_says else ""
@@ -141,10 +145,10 @@ def describe(p: Prediction) -> str:
     line = f"[{p.lesson} prediction] {p.name}: {head}"
     if p.measured is None:
         return f"{line}; not measured: {p.reason}" + (f"; {model}" if model else "")
-    ratio = "no ratio" if p.ratio is None else f"ratio {p.ratio:.2f} (measured / predicted)"
+    ratio = "no ratio" if p.ratio is None else f"ratio {_times(p.ratio)} (measured / predicted)"
     line += f"; measured {_fmt(p.measured)} {p.unit}: {ratio}"
     if model:
-        line += f"; {model}" + ("" if p.model_ratio is None else f", ratio {p.model_ratio:.2f}")
+        line += f"; {model}" + ("" if p.model_ratio is None else f", ratio {_times(p.model_ratio)}")
     return line
 
 
