@@ -13,6 +13,7 @@ ends it with ``labkit: error: ...`` and exit code 2, never a traceback.
     labkit launch --slurm job.sbatch --nnodes 4 --nproc-per-node 8 train.py
     labkit nccl check [--env-file FILE] [--this-host] [--nccl-version X] [--json] [--fix]
     labkit bench launch --json
+    labkit bench cell --json [--repeats 5]
     labkit bench collectives --op all_reduce --nproc-per-node 4 --min 1K --max 64M --json
     labkit bench buffer --agents 4 --payload 1024 --seconds 3 --json
     labkit bench memory --ranks 2,4,8 --per-agent-mb 32 --json
@@ -165,6 +166,14 @@ def _bench_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_cell(args: argparse.Namespace) -> int:
+    from labkit.runtime.warm_bench import measure_cell
+
+    report = measure_cell(args.repeats, args.nnodes, args.nproc_per_node)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -256,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_launch.add_argument("--nproc-per-node", type=int, default=2)
     bench_launch.add_argument("--json", action="store_true")
     bench_launch.set_defaults(func=_bench_launch)
+    bench_cell = bench.add_parser("cell", help="a no-op %%%%torchrun cell: cold job vs warm ranks")
+    bench_cell.add_argument("--repeats", type=int, default=5, help="rounds, cold then warm")
+    bench_cell.add_argument("--nnodes", type=int, default=2)
+    bench_cell.add_argument("--nproc-per-node", type=int, default=2)
+    bench_cell.add_argument("--json", action="store_true")
+    bench_cell.set_defaults(func=_bench_cell)
     _add(bench, "collectives", "nccl-tests on any backend: time, algbw, busbw, #wrong",
          collectives.add_arguments, collectives.run)
     _add(bench, "buffer", "experience buffers: push, pull, end-to-end rates",

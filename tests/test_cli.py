@@ -173,6 +173,27 @@ def test_bench_launch_json():
     assert report["bare_torchrun_runs_s"] == [report["bare_torchrun_s"]]
 
 
+@pytest.mark.slow
+def test_bench_cell_json_measures_cold_and_warm_side_by_side(capsys):
+    code, out, err = labkit_here(capsys, "bench", "cell", "--json", "--repeats", "1",
+                                 "--nnodes", "1", "--nproc-per-node", "1")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["benchmark"] == "cell" and report["repeats"] == 1
+    assert report["cold_runs_s"] == [report["cold_s"]] and report["warm_runs_s"] == [report["warm_s"]]
+    assert report["ratio"] == pytest.approx(report["warm_s"] / report["cold_s"], rel=1e-2)
+    assert report["goal_met"] == (report["ratio"] <= 0.1 and report["warm_s"] < 0.5)
+    assert report["group_start_s"] > 0
+
+
+def test_bench_cell_refuses_bad_input_in_one_line(capsys):
+    for args, says in ((["--repeats", "0"], "--repeats must be >= 1"),
+                       (["--nnodes", "0"], "at least 1 node and 1 rank per node")):
+        code, out, err = labkit_here(capsys, "bench", "cell", *args)
+        assert (code, out) == (2, "")
+        assert err.startswith("labkit: error: ") and says in err and err.count("\n") == 1, err
+
+
 def test_course_run_unknown_id_lists_the_known_ones(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     monkeypatch.chdir(REPO)
