@@ -397,3 +397,30 @@ def test_overlap_and_the_comparison_with_measurements() -> None:
     model_us = cost.allreduce_time(4, 1024, alpha, beta) * 1e6
     assert row["hops"] == cost.allreduce_hops(4) and row["link"] == model_us
     assert row["link ratio"] == model_us / 50.0
+
+
+def test_what_one_more_rank_costs_model_against_measurement() -> None:
+    from types import SimpleNamespace
+
+    # 2 ranks: 2 hops of 100 us; busbw 1 GB/s: beta 1 ns per byte
+    fit = AlphaBeta("all_reduce", "gloo", 2, alpha_us=200.0, beta_gbps=1.0, busbw_gbps=1.0,
+                    r2=1.0, points=4)
+    alpha, beta = cost.link_of(fit)
+
+    def sweep(times):
+        return SimpleNamespace(rows=[SimpleNamespace(size=s, time_us=t) for s, t in times.items()])
+
+    two = {2: sweep({4096: 210.0, 262144: 470.0, 4194304: 4400.0})}
+    one = cost.rank_cost(two, fit)  # nearest the policy's 270 KB: 256 KiB; from 1 rank (0 us)
+    assert (one.size, one.n_from, one.n_to) == (262144, 1, 2)
+    assert one.measured_us == 470.0 and one.reason == ""
+    assert one.model_us == pytest.approx(cost.allreduce_time(2, 262144, alpha, beta) * 1e6)
+    more = cost.rank_cost({**two, 4: sweep({262144: 1000.0})}, fit)
+    assert (more.n_from, more.n_to, more.measured_us) == (2, 4, (1000.0 - 470.0) / 2)
+    model = (cost.allreduce_time(4, 262144, alpha, beta) - cost.allreduce_time(2, 262144, alpha, beta)) / 2
+    assert more.model_us == pytest.approx(model * 1e6)
+    # every GPU adds two hops: the 64th costs 2 alpha and a sliver of bandwidth
+    assert more.hop_us == pytest.approx(100.0)
+    assert 200.0 < more.sixty_fourth_us < 200.0 + 262144 * 1e-9 * 1e6 * 2 / (63 * 64) + 1e-6
+    missing = cost.rank_cost({**two, 4: sweep({4096: 300.0})}, fit)
+    assert missing.measured_us is None and "no all_reduce of 262,144 B" in missing.reason

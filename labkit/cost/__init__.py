@@ -51,11 +51,13 @@ if TYPE_CHECKING:  # what each name is, for readers and type checkers
         LAB_POLICY_PARAMS,
         LAB_POLICY_STEP_S,
         LabFit,
+        RankCost,
         compare_to_measured,
         lab_alpha_beta,
         lab_scaling_model,
         link_of,
         measure_policy_step_s,
+        rank_cost,
     )
     from labkit.cost.money import (
         ASSUMED_ONPREM_GPUS,
@@ -164,6 +166,8 @@ _HOME = {
     "LabFit": "labkit.cost.measured",
     "load_guide_costs": "labkit.cost.guide_table",
     "measure_policy_step_s": "labkit.cost.measured",
+    "rank_cost": "labkit.cost.measured",
+    "RankCost": "labkit.cost.measured",
     "more_gpus_slower": "labkit.cost.scaling",
     "OnPremAssumptions": "labkit.cost.money",
     "plot_break_even": "labkit.cost.plots",

@@ -1,10 +1,12 @@
 """The scaling model against what was measured: the lab's own all-reduce fit and policy step
 (this run's when notebook 03 saved one, else the development machine's, said which), a model
-built from them, and the model's all-reduce times next to the measured ones.
+built from them, the model's all-reduce times next to the measured ones, and what one more rank
+adds to an all-reduce (``rank_cost``: the ring model's marginal cost, the 64th GPU's included).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -128,3 +130,55 @@ def compare_to_measured(reports: Mapping[int, Any], links: Mapping[str, tuple[fl
                 row[label], row[f"{label} ratio"] = model_us, model_us / measured.time_us
             rows.append(row)
     return rows
+
+
+@dataclass(frozen=True)
+class RankCost:
+    """What one more rank adds to one all-reduce of ``size`` bytes, per rank added from
+    ``n_from`` to ``n_to`` ranks: the ring model's microseconds on a fit and those measured
+    here (None, with ``reason``, when the sweep has no such pair), and the model's price of the
+    64th GPU (its two hops, ``2 * hop_us``, and what is left of its bandwidth share)."""
+
+    size: int
+    n_from: int  # 1 when the sweep has one world size: a single rank all-reduces nothing
+    n_to: int
+    model_us: float | None
+    measured_us: float | None
+    sixty_fourth_us: float
+    hop_us: float
+    reason: str = ""
+
+
+def rank_cost(reports: Mapping[int, Any], fit: AlphaBeta, nbytes: float = LAB_POLICY_GRAD_BYTES,
+              algorithm: str = "ring") -> RankCost:
+    """The marginal all-reduce cost of a rank, model (``fit``) against measurement
+    (``reports``: world size -> a collectives report with ``rows``), at the measured size
+    nearest ``nbytes``, between the two largest world sizes (or 1 and the only one)."""
+    alpha_s, beta = link_of(fit)
+
+    def model_us(n: int, size: float) -> float:
+        return allreduce_time(n, size, alpha_s, beta, algorithm) * 1e6
+
+    sizes = sorted({row.size for report in reports.values() for row in report.rows})
+    if not sizes or nbytes <= 0:
+        raise ParameterError("need a measured all_reduce sweep and a positive size")
+    size = min(sizes, key=lambda s: abs(math.log(s / nbytes)))
+    n_to = max(reports)
+    n_from = max((n for n in reports if n < n_to), default=1)
+    sixty_fourth = model_us(64, size) - model_us(63, size)
+
+    def measured(n: int) -> float | None:
+        if n == 1:
+            return 0.0
+        return next((row.time_us for row in reports[n].rows if row.size == size), None)
+
+    if n_to <= n_from:
+        return RankCost(size, n_from, n_to, None, None, sixty_fourth, alpha_s * 1e6,
+                        f"one rank only ({n_to}): no rank was added")
+    added = n_to - n_from
+    model = (model_us(n_to, size) - model_us(n_from, size)) / added
+    low, high = measured(n_from), measured(n_to)
+    if low is None or high is None:
+        return RankCost(size, n_from, n_to, model, None, sixty_fourth, alpha_s * 1e6,
+                        f"no all_reduce of {size:,} B at both {n_from} and {n_to} ranks")
+    return RankCost(size, n_from, n_to, model, (high - low) / added, sixty_fourth, alpha_s * 1e6)
