@@ -22,6 +22,7 @@ from labkit.capstone import (
     build_report,
     contiguous_runs,
 )
+from labkit.course.predictions import record, resolve
 from labkit.course.runner import run_course
 from labkit.errors import ParameterError
 from labkit.locks import FencedLock, FencedStore, StaleTokenError
@@ -81,6 +82,10 @@ def report(tmp_path_factory) -> tuple[CapstoneReport, Path]:
     """Notebook 15 at smoke size (the SMALL run), through papermill: the capstone's one run in
     the suite (tests/test_notebooks.py leaves this notebook to this module)."""
     out = tmp_path_factory.mktemp("capstone")
+    for learner, measured in ((0.025, 0.0125), (None, None)):  # what two lessons left in the folder
+        lesson = "03" if learner else "11"
+        record(resolve(learner, 0.0125 if learner else 5.0, lesson=lesson, name="headline", unit="x"),
+               measured=measured, reason="" if measured else "not run", folder=out)
     result = run_course(NOTEBOOKS, out=out, smoke=True, only=["15_capstone"], progress=False)
     [outcome] = result.results
     assert outcome.ok, f"15_capstone failed: {outcome.error}"
@@ -134,6 +139,15 @@ def test_the_report_is_saved_as_json_and_a_figure(report):
     assert (out / "capstone_report.png").stat().st_size > 10_000
     for key in ("throughput", "lag", "restarts", "lost_work", "final_return"):
         assert key in rep.summary()
+
+
+@pytest.mark.slow
+def test_the_capstone_closes_with_the_calibration_of_its_folder(report):
+    _, out = report
+    summary = json.loads((out.parent / "calibration.json").read_text())
+    assert summary["learner"] == {"predictions": 1, "measured": 1, "with_ratio": 1,
+                                  "median_abs_log2_ratio": 1.0, "within_2x": 1.0}
+    assert summary["model"]["predictions"] == 2 and summary["model"]["measured"] == 1
 
 
 @pytest.mark.slow
