@@ -87,3 +87,20 @@ def test_smoke_file_covers_every_notebook_with_known_parameters():
     assert [p.name for p, _ in planned] == [p.name for p in find_notebooks(NOTEBOOKS)]
     smoke = yaml.safe_load((NOTEBOOKS / "smoke.yml").read_text())
     assert set(smoke) == {p.stem for p in find_notebooks(NOTEBOOKS)}
+
+
+PREDICTING_LESSONS = ("03", "04", "07", "10", "11", "14")  # predict, then measure: their headline
+
+
+def test_each_predicting_lesson_asks_before_it_measures_and_records():
+    for path in find_notebooks(NOTEBOOKS):
+        cells = json.loads(path.read_text())["cells"]
+        tagged = [i for i, c in enumerate(cells) if "prediction" in c["metadata"].get("tags", [])]
+        if path.name[:2] not in PREDICTING_LESSONS:
+            assert not tagged, f"{path.name}: a 'prediction' cell in a lesson not in PREDICTING_LESSONS"
+            continue
+        assert len(tagged) == 1, f"{path.name}: exactly one cell tagged 'prediction'"
+        source = "".join(cells[tagged[0]]["source"])
+        assert re.fullmatch(r"(\w+ = None  # .+\n?)+", source), f"{path.name}: predictions default to None"
+        later = "".join("".join(c["source"]) for c in cells[tagged[0] + 1:] if c["cell_type"] == "code")
+        assert re.search(r"\brecord\(", later), f"{path.name}: no record(...) after its prediction cell"
