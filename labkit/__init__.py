@@ -4,7 +4,7 @@ Modules, one concept each: ``dist`` (process-group setup), ``launch`` (torchrun 
 real nodes), ``magic`` (the ``%%torchrun`` cell magic), ``services`` (embedded Redis and NATS),
 ``course`` (the papermill runner), ``doctor`` (what this machine has), ``bench`` (measurements).
 
-In a notebook: ``%load_ext labkit`` enables ``%%torchrun``.
+In a notebook: ``%load_ext labkit`` enables ``%%torchrun`` (and warm ranks: ``%torchrun_start``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 
 
 def load_ipython_extension(ipython) -> None:  # noqa: ANN001 (IPython's own type)
-    """``%load_ext labkit``: registers the ``%%torchrun`` cell magic."""
+    """``%load_ext labkit`` (or the lab's kernels, at start): registers ``%%torchrun``,
+    ``%torchrun_start`` and ``%torchrun_stop``."""
     from labkit.runtime.magic import register
 
     register(ipython)

@@ -225,15 +225,15 @@ def test_a_rank_that_dies_between_cells_ends_the_group_at_once(started):
 
 def test_a_hung_cell_ends_the_group_at_its_timeout(started):
     group = started()
-    with pytest.raises(WarmGroupEnded, match=r"^the cell ran past its 1 s timeout \(still running "
-                                             r"on rank 0\)\. The warm group was ended \(\d+ "
-                                             r"processes ended, none left\)"):
-        group.run_cell("import time\ntime.sleep(300)\n", timeout_s=1, echo=None)
+    with pytest.raises(WarmGroupEnded, match=r"^the cell ran past its 0.5 s timeout \(still "
+                                             r"running on rank 0\)\. The warm group was ended "
+                                             r"\(\d+ processes ended, none left\)"):
+        group.run_cell("import time\ntime.sleep(300)\n", timeout_s=0.5, echo=None)
     assert left_of(group) == []
 
 
 def test_a_broken_collective_ends_the_group(started):
-    group = started(nproc_per_node=2, env={"LABKIT_COLLECTIVE_TIMEOUT": "1"})
+    group = started(nproc_per_node=2, env={"LABKIT_COLLECTIVE_TIMEOUT": "0.5"})
     with pytest.raises(WarmGroupEnded) as info:  # rank 0 all_reduces alone: gloo times out
         group.run_cell("import os, torch, torch.distributed as tdist\n"
                        "if os.environ['RANK'] == '0':\n    tdist.all_reduce(torch.ones(1))\n",
@@ -262,13 +262,13 @@ def test_a_rank_stuck_in_a_collective_cannot_be_interrupted_so_the_group_ends(st
 
 
 def test_the_idle_timeout_ends_the_group(started):
-    group = started(idle_timeout_s=1)
-    limit = time.monotonic() + 1 + 10 * group.grace_s
+    group = started(idle_timeout_s=0.5)
+    limit = time.monotonic() + 0.5 + 10 * group.grace_s
     while group.up and time.monotonic() < limit:
         time.sleep(0.05)
-    assert group.ending is not None and group.ending.reason == "idle for 1 s (--idle-timeout)"
+    assert group.ending is not None and group.ending.reason == "idle for 0.5 s (--idle-timeout)"
     assert left_of(group) == []
-    with pytest.raises(WarmGroupEnded, match="has ended: idle for 1 s"):
+    with pytest.raises(WarmGroupEnded, match="has ended: idle for 0.5 s"):
         group.run_cell("pass")
 
 

@@ -10,6 +10,8 @@
 - ``proctree``, ``ports``, ``runlog``, ``pace``, ``stats``: process trees, free ports, JSON-lines
   logs, the speed of this machine (measured, for limits that hold on any machine), percentiles.
 - ``netlab``: network namespaces as simulated hosts; ``magic``: the ``%%torchrun`` cell magic.
+- ``warm`` (with ``warm_rank``, ``warm_channel``, ``warm_cell``, ``warm_bench``): warm ranks,
+  a job whose ranks stay up and run ``%%torchrun`` cells (``%torchrun_start``).
 
 In a ``%%torchrun`` cell or a rank script::
 
