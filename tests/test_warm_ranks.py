@@ -19,7 +19,7 @@ from conftest import find_leftover_processes
 from ipython_helpers import labkit_shell, shown_lines
 from process_helpers import interrupt_when
 
-from labkit.errors import ParameterError
+from labkit.errors import LaunchError, ParameterError
 from labkit.runtime import magic
 from labkit.runtime.interrupts import Interrupted
 from labkit.runtime.warm import WarmGroup
@@ -161,6 +161,14 @@ def test_a_syntax_error_raises_before_any_rank_sees_it(warm, shell, capsys):
     assert warm.up
 
 
+def test_cold_takes_a_cell_past_the_warm_group(warm, shell):
+    """--cold goes the cold way, checks included: a job of 0 nodes is refused there, before
+    anything starts, where the warm group would have refused the shape instead."""
+    with pytest.raises(LaunchError, match="need at least 1 node"):
+        shell.run_cell_magic("torchrun", "--cold --nnodes 0", "print('never runs')\n")
+    assert warm.up
+
+
 def test_a_cell_that_asks_for_another_shape_or_env_is_refused(warm, shell):
     with pytest.raises(ParameterError, match="--nnodes 3 but the warm group is 2 nodes x 2 "
                                              "ranks: add --cold"):
@@ -196,6 +204,9 @@ def test_stop_ends_every_process_and_cells_run_cold_again(warm, shell, capsys):
     assert said.startswith("warm group stopped: ") and " processes ended, none left." in said
     assert magic.warm_group is None and not warm.up and left_of(warm) == []
     assert not warm.folder.exists()
+    shell.run_line_magic("torchrun_stop", "")
+    assert shown_lines(capsys.readouterr().out) == [
+        "no warm group is up: %%torchrun cells run as jobs of their own (cold)"]
 
 
 def test_a_dead_rank_ends_the_group_and_says_how_it_died(started):
@@ -282,7 +293,7 @@ def test_a_lab_kernel_loads_labkit_and_its_shutdown_ends_the_group(monkeypatch):
     monkeypatch.setenv("JUPYTER_PATH", str(LAB_JUPYTER_PATH))
     km, kc = start_new_kernel(kernel_name="python3")
     try:
-        assert km.kernel_spec.argv[-1] == "--ext=labkit"
+        assert km.kernel_spec.argv[-1] == "--ext=labkit.runtime.magic"
 
         def ask(code: str) -> str:
             out: list[str] = []
@@ -293,6 +304,7 @@ def test_a_lab_kernel_loads_labkit_and_its_shutdown_ends_the_group(monkeypatch):
 
         assert ask("import sys; print(sys.executable)") == f"{sys.executable}\n"
         assert ask("print(get_ipython().find_cell_magic('torchrun') is not None)") == "True\n"
+        assert ask("%load_ext labkit") == ""  # a notebook's own, after the kernel's: silent
         ask("%torchrun_start --quiet")
         folder = ask("from labkit.runtime import magic; print(magic.warm_group.folder)").strip()
         assert "[node0 rank0] hi" in ask("%%torchrun\nprint('hi')\n")

@@ -301,9 +301,10 @@ def environment(**changes: str | None) -> Iterator[None]:
 
 
 LAB_JUPYTER_PATH = Path(__file__).parent / "jupyter"
-"""The lab's own Jupyter data folder: its "python3" kernelspec starts IPython with
-``--ext=labkit``, so every kernel the lab starts (``make lab``, ``labkit course run``, a kernel
-restarted in JupyterLab) has ``%%torchrun`` loaded without ``%load_ext labkit``."""
+"""The lab's own Jupyter data folder: its "python3" kernelspec starts IPython with labkit's
+magics loaded (``--ext=labkit.runtime.magic``), so every kernel the lab starts (``make lab``,
+``labkit course run``, a kernel restarted in JupyterLab) has ``%%torchrun`` without
+``%load_ext labkit``; a notebook's own ``%load_ext labkit`` stays silent."""
 
 
 @contextlib.contextmanager

@@ -113,7 +113,8 @@ class TorchrunMagics(Magics):
               env: dict[str, str], echo) -> object:  # noqa: ANN001
         global last_launch
         __tracebackhide__ = True
-        nnodes, nproc = args.nnodes or 1, args.nproc_per_node or 1
+        nnodes = 1 if args.nnodes is None else args.nnodes
+        nproc = 1 if args.nproc_per_node is None else args.nproc_per_node
         what = f"the cold %%torchrun job ({_shape(nnodes, nproc)})"
         try:
             last_launch = launch_code(
@@ -202,3 +203,10 @@ def register(ipython) -> None:  # noqa: ANN001 (IPython's own type)
     ipython.register_magics(TorchrunMagics)
     atexit.unregister(stop_warm_group)  # once, however often the extension is loaded
     atexit.register(stop_warm_group)
+
+
+def load_ipython_extension(ipython) -> None:  # noqa: ANN001 (IPython's own type)
+    """What the lab's kernels load at start (``--ext=labkit.runtime.magic``): the same as
+    ``%load_ext labkit`` under a name of its own, so a notebook's ``%load_ext labkit`` after it
+    registers the magics again silently instead of printing "already loaded"."""
+    register(ipython)
