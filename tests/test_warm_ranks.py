@@ -151,7 +151,7 @@ def test_an_exception_on_one_rank_raises_with_its_traceback_and_the_group_stays_
     assert "ValueError: rank 2 is broken" in shown  # the rank's traceback, shown as is
     assert "The warm group is still up: the next cell runs on it." in shown
     assert "never" not in shell.user_ns
-    error, shown = run(shell, "%%torchrun\nprint('answering', x)\n", capsys)
+    error, shown = run(shell, "%%torchrun\nprint('answering')\n", capsys)
     assert error is None and len(shown) == 4
 
 
@@ -192,7 +192,7 @@ def test_interrupting_a_warm_cell_stops_it_on_the_ranks_and_keeps_the_group(
     assert shown == [error.line]
     assert error.line.startswith("Interrupted: stopped the cell on ranks 0, 1, 2, 3; the warm "
                                  "group is still up (")
-    error, shown = run(shell, "%%torchrun\nprint('after the interrupt', x)\n", capsys)
+    error, shown = run(shell, "%%torchrun\nprint('after the interrupt')\n", capsys)
     assert error is None and len(shown) == 4
 
 

@@ -226,9 +226,8 @@ class WarmGroup:
         while not cell.complete:
             now = time.monotonic()
             if now > deadline:
-                running = cell.pending or sorted(cell.sent)
-                raise self._ended(f"the cell ran past its {timeout:g} s timeout (still running "
-                                  f"on {ranks_text(running)})")
+                raise self._ended(f"the cell ran past its {timeout:g} s timeout "
+                                  f"({cell.waiting_for})")
             if cell.failed_at is not None and cell.interrupted_at is None \
                     and now > cell.failed_at + self.grace_s:
                 self._signal(cell.pending, signal.SIGINT)
@@ -256,7 +255,7 @@ class WarmGroup:
     def _interrupt(self, cell: CellProgress, echo: Echo | None) -> None:
         """Ctrl-C during a cell: SIGINT the ranks still in it; keep the group when they all
         stop within ``grace_s``, else end it. Raises :class:`Interrupted` either way."""
-        running = cell.pending
+        running, twice = cell.pending, False
         try:
             self._signal(running, signal.SIGINT)
             deadline = time.monotonic() + self.grace_s
@@ -264,20 +263,22 @@ class WarmGroup:
                     and self._agent_exited() is None:
                 self._take(cell, self._next_event(deadline), echo)
         except KeyboardInterrupt:
-            pass  # a second Ctrl-C: end the group now
+            twice = True  # a second Ctrl-C: end the group now
         except WarmGroupEnded as exc:  # a rank died meanwhile; the group is gone
             raise Interrupted(f"the cell, and the warm group with it ({exc.ending.reason})",
                               exc.ending.ended, exc.ending.left,
                               hint=f"Start it again with {self.again}.") from None
         if cell.complete:
-            raise Interrupted(f"the cell on {ranks_text(running)}", kept=(
+            where = f"on {ranks_text(running)}" if running else "(it had ended on every rank)"
+            raise Interrupted(f"the cell {where}", kept=(
                 f"the warm group is still up ({processes_text(self.processes())}), ready for "
                 "the next cell")) from None
-        stuck = cell.pending or running
-        ending = self._end(f"{ranks_text(stuck)} could not be interrupted")
-        raise Interrupted(f"the warm group, since {ranks_text(stuck)} could not be interrupted "
-                          "(stuck in native code, such as a collective)", ending.ended,
-                          ending.left, hint=f"Start it again with {self.again}.") from None
+        why = "Ctrl-C came twice" if twice else (
+            f"{ranks_text(cell.pending or running)} could not be interrupted (stuck in native "
+            "code, such as a collective)" if cell.pending or running else cell.waiting_for)
+        ending = self._end(why)
+        raise Interrupted(f"the warm group, since {why}", ending.ended, ending.left,
+                          hint=f"Start it again with {self.again}.") from None
 
     def stop(self, reason: str = "stopped by %torchrun_stop") -> Ending:
         """End every process of the group (the ranks first, by closing the channel); returns

@@ -93,6 +93,13 @@ class CellProgress:
     def complete(self) -> bool:
         return not self.pending and self.fences >= 2 * len(self.sent)
 
+    @property
+    def waiting_for(self) -> str:
+        """What keeps the cell from being complete, in words."""
+        if self.pending:
+            return f"still running on {ranks_text(self.pending)}"
+        return "every rank had replied, but not all of its output had arrived"
+
     def failures(self, ranks: dict[int, dict[str, Any]]) -> list[RankFailure]:
         """The ranks that raised (by time), then those interrupted because of them."""
         found = []
@@ -101,10 +108,10 @@ class CellProgress:
             if status == "ok":
                 continue
             error = reply.get("error") or "KeyboardInterrupt: stopped after another rank failed"
-            found.append(RankFailure(rank, int(ranks.get(rank, {}).get("node", -1)), 0,
-                                     float(reply.get("time", 0.0)) + (status != "error") * 1e9,
-                                     error, reply.get("traceback", "")))
-        return sorted(found, key=lambda f: f.time)
+            found.append((status != "error", RankFailure(
+                rank, int(ranks.get(rank, {}).get("node", -1)), 0, float(reply.get("time", 0.0)),
+                error, reply.get("traceback", ""))))
+        return [failure for _, failure in sorted(found, key=lambda f: (f[0], f[1].time))]
 
     def broken(self, ranks: dict[int, dict[str, Any]]) -> tuple[str, str] | None:
         """(reason, traceback) when a rank's error left the process group broken, else None."""
