@@ -1,27 +1,18 @@
 """Warm ranks: a torchrun job whose ranks stay up between notebook cells (``%torchrun_start``).
 
-A cold ``%%torchrun`` cell starts a job (one torchrun agent per simulated node, one Python per
-rank, each importing torch) before its first line runs. A :class:`WarmGroup` pays that once: it
-starts the same job (simulated nodes, c10d rendezvous, the process group joined on every rank:
-gloo on CPU, nccl with a GPU per rank) running ``warm_rank``, and each cell then travels to
-every rank over the group's channel (:mod:`labkit.runtime.warm_channel`) and runs in a namespace
-kept between cells. Output streams back prefixed ``[nodeN rankR]``; what rank 0 publishes comes
-back as JSON.
+A :class:`WarmGroup` starts the job a cold ``%%torchrun`` cell would (simulated nodes, c10d
+rendezvous, the process group joined on every rank: gloo on CPU, nccl with a GPU per rank)
+running ``warm_rank``, once; each cell then travels to every rank over the group's channel
+(:mod:`labkit.runtime.warm_channel`) and runs in a namespace kept between cells, its output
+streamed back prefixed ``[nodeN rankR]``, what rank 0 publishes back as JSON.
 
-How a cell can end:
-
-- every rank finished: :class:`CellResult`;
-- a rank raised: :class:`CellFailedError` with its traceback, and the group stays up. Ranks
-  still in the cell get ``grace_s`` to finish, then SIGINT and ``grace_s`` more;
-- a rank died, the cell ran past its timeout, an error left the process group broken (a failed
-  collective), or ranks that had to stop did not: every process of the group is ended and
-  :class:`WarmGroupEnded` says why, what was ended and how to start it again;
-- Ctrl-C: the ranks' cell is interrupted and the group kept, or, when a rank cannot be
-  interrupted (stuck in native code), the group is ended; one line says which.
-
-``stop()``, the idle timeout and a rank or agent dying between cells end every process too; a
-kernel that dies closes the channel, and the ranks exit by themselves. ``grace_s`` is the time
-this group took to start, measured: both grow with how loaded the machine is.
+A rank that raises: :class:`CellFailedError` with its traceback, the group kept (ranks still in
+the cell get ``grace_s`` to finish, then SIGINT and ``grace_s`` more). A rank that dies, a cell
+past its timeout, an error that leaves the process group broken, ranks that do not stop: every
+process ended, :class:`WarmGroupEnded` says why and how to start again. Ctrl-C: the ranks' cell
+interrupted and the group kept, or ended when a rank cannot be interrupted; one line either way.
+``stop()``, the idle timeout, a death between cells and the kernel's end leave nothing either.
+``grace_s`` is this group's measured start-up time: both grow with the machine's load.
 """
 
 from __future__ import annotations
@@ -308,8 +299,9 @@ class WarmGroup:
         """End the group now (unless ``ending`` says how it ended); the error that says why and
         how to start it again."""
         ending = ending or self._end(reason)
+        gone = " (its variables are gone)" if self.startup_s else ""
         text = (f"{reason}. The warm group was ended ({ending.counts}). Start it again with "
-                f"{self.again} (its variables are gone).")
+                f"{self.again}{gone}.")
         return WarmGroupEnded(text + (f"\n\n{details}" if details else ""), ending)
 
     def _died(self, rank: int | None, when: str, node: int | None = None) -> WarmGroupEnded:
@@ -325,7 +317,8 @@ class WarmGroup:
         ending = self._end("died", before=before)
         first: RankFailure | None = ending.failures[0] if ending.failures else None
         if first is not None:
-            reason = f"rank {first.rank} (node {first.node}) died {when}: {first.error}"
+            how = "failed" if first.traceback else "died"
+            reason = f"rank {first.rank} (node {first.node}) {how} {when}: {first.error}"
         elif rank is not None:
             reason = f"rank {rank} ended {when} (its connection closed)"
         else:
@@ -377,6 +370,8 @@ class WarmGroup:
             return
         if not event.startswith("[node"):
             self._agent_lines.append(event)  # torchrun's reports: how a rank ended
+            if cell is None:
+                return  # outside a cell (the start) torchrun's lines feed a failure's report
         if echo is not None:
             echo(event)
 
