@@ -21,8 +21,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 from labkit.nccl import plugin_checks, torch_values, values
+from labkit.nccl.baked import Baked, baked_findings
 from labkit.nccl.context import Context, Host, detect_plugins, local_hcas, local_interfaces
 from labkit.nccl.findings import Edit, Finding, info, warning
+from labkit.nccl.loose import LoosePair, loose_findings
 from labkit.nccl.names import unknown_variable
 from labkit.nccl.registry import ALIASES, REGISTRY, Variable, source_default
 from labkit.nccl.rules import RULES
@@ -64,7 +66,8 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
               host: Host | None = None, interfaces: Iterable[str] | None = None,
               hcas: Iterable[str] | None = None,
               runs: frozenset[str] | None = None, nodes: int | None = None,
-              tilde: Iterable[str] = (), nets: Iterable[tuple[str, str]] = ()) -> list[Finding]:
+              tilde: Iterable[str] = (), nets: Iterable[tuple[str, str]] = (),
+              loose: Iterable[LoosePair] = (), baked: Iterable[Baked] = ()) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
@@ -74,7 +77,10 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
     of the job (``ParsedEnv.job``): ``runs``, the collectives the job is known to run only (a
     pasted benchmark); ``nodes``, how many nodes it spans; ``tilde``, the variables whose
     opening ``~`` the shell expands (else a ``~`` reaches the process as it is); ``nets``, the
-    networks NCCL's own log shows in use, each with the line that shows it.
+    networks NCCL's own log shows in use, each with the line that shows it; ``loose``, pairs
+    read loosely (``labkit.nccl.loose``), checked by name and value but never above a warning;
+    ``baked``, defaults Python source sets for its users (``labkit.nccl.baked``): an interface or
+    HCA name there is a warning, not a host fact.
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
@@ -85,15 +91,21 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
                   frozenset(tilde))
     findings: list[Finding] = []
     for name, value in env.items():
-        var = REGISTRY.get(name)
-        findings += unknown_variable(name, ctx) if var is None else \
-            _with_source(_check_variable(var, value, ctx), var)
+        findings += _check_one(name, value, ctx)
     for rule in RULES:
         findings += rule.apply(ctx)
+    findings = baked_findings(baked, ctx, findings) + loose_findings(loose, ctx, _check_one)
     for finding in findings:  # --fix must not keep an error: comment the line out, saying why
         if finding.severity == "error" and finding.edit is None and finding.variable in env:
             finding.edit = Edit("comment", reason=_short(finding.message))
     return findings
+
+
+def _check_one(name: str, value: str, ctx: Context) -> list[Finding]:
+    """Findings for one variable and its value, by name and by value (no rules)."""
+    var = REGISTRY.get(name)
+    return unknown_variable(name, ctx) if var is None else \
+        _with_source(_check_variable(var, value, ctx), var)
 
 
 def _short(message: str, limit: int = 72) -> str:
@@ -136,7 +148,7 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
                                 "brackets, as templates and examples write what to fill in), not "
                                 "a value: replace it before running; as written the process gets "
                                 "the brackets literally", f"{var.name}: {var.values}",
-                                source=var.link)]
+                                source=var.link, advice=True)]
     if _is_default(var, value, ctx):
         only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" and value != "1" \
             else ""
@@ -155,7 +167,8 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
                              "sub-optimal behavior, crashes or hangs as NCCL changes"
                              + (f"; {note}" if note else ""),
                              "use it for an experiment or a workaround, then remove it",
-                             Edit("comment", reason="debug-only"), source=var.doc))
+                             Edit("comment", reason="debug-only"), source=var.doc,
+                             advice=True))
     special = plugin_checks.check(var, value, ctx)
     if special is not None:
         return found + special

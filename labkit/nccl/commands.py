@@ -37,6 +37,10 @@ from labkit.nccl.shellwords import (
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")  # a name given alone (mpirun -x NAME): env style only
 ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+# The names a reader watches for (a regex): the prefixes of NCCL, torch, gloo, the network
+# plugins and the libraries around them, and the launcher's rank variables.
+WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL|OMPI)"
+           r"_[A-Z0-9_]*[A-Z0-9]|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE")
 _KEYWORDS = {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "RUN", "nohup",
              "time", "exec", "command", "builtin"}
 _DECLARES = {"export", "declare", "typeset", "readonly", "local", "ENV", "%env"}

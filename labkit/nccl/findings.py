@@ -29,6 +29,9 @@ class Finding:
     fix: str
     edit: Edit | None = field(default=None, compare=False, repr=False)
     source: str = field(default="", compare=False)
+    advice: bool = field(default=False, compare=False, repr=False)
+    """Advice about a good value (debug-only, for bring-up), not a fault: a setting read loosely
+    from prose (``labkit.nccl.loose``) does not get it."""
 
     def to_dict(self) -> dict[str, str]:
         return {"severity": self.severity, "variable": self.variable, "message": self.message,
@@ -41,8 +44,8 @@ def error(variable: str, message: str, fix: str, edit: Edit | None = None, *,
 
 
 def warning(variable: str, message: str, fix: str, edit: Edit | None = None, *,
-            source: str = "") -> Finding:
-    return Finding("warning", variable, message, fix, edit, source)
+            source: str = "", advice: bool = False) -> Finding:
+    return Finding("warning", variable, message, fix, edit, source, advice)
 
 
 def info(variable: str, message: str, fix: str = "", edit: Edit | None = None, *,

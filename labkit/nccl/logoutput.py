@@ -28,6 +28,10 @@ LOG_NOTE = ("read as log output, not settings: 'NAME: value' lines next to {key!
 
 
 
+def is_log_line(line: str) -> bool:
+    """Whether ``line`` holds a key of log output (``TIMEOUT(ms): ...``, ``PG Name: ...``)."""
+    return _LOG_LINE.search(line) is not None
+
 
 def log_run(lines: list[str], i: int, indent: int) -> tuple[int, int, str | None]:
     """The run of lines around ``i`` (up to a blank line or a fence) and the first key in it, at

@@ -122,6 +122,22 @@ def heredoc(tokens: list[Token]) -> tuple[str, str, bool] | None:
     return None
 
 
+def heredoc_body(lines: list[str], i: int, delimiter: str, file: str, tabs: bool
+                 ) -> tuple[list[tuple[int, str, list[Setting], list[str]]], int]:
+    """The body of a here-document written to ``file`` from line index ``i`` on, read as NCCL
+    reads it: (line number, line, settings, notes) for each line, and the index after its
+    delimiter (``tabs``: ``<<-`` strips leading tabs)."""
+    body = []
+    while i < len(lines):
+        line = lines[i].lstrip("\t") if tabs else lines[i]
+        if line == delimiter:
+            return body, i + 1
+        settings, notes = conf_settings(line, file)
+        body.append((i + 1, line, settings, notes))
+        i += 1
+    return body, i
+
+
 def _settings(text: str, files: list[str]) -> tuple[list[Setting], list[str]]:
     found: list[Setting] = []
     notes: list[str] = []

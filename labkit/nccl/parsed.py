@@ -21,6 +21,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from labkit.nccl.baked import Baked
+from labkit.nccl.loose import LoosePair
 from labkit.nccl.ncclconf import SHAPE as CONF_SHAPE
 from labkit.nccl.ncclconf import SYSTEM_FILE, conf_files_unread
 
@@ -66,12 +68,21 @@ class ParsedEnv:
     nets: tuple[tuple[str, str], ...] = ()
     """The networks NCCL's own log lines in the paste show in use (``Using network IBext_v8``) or
     loaded, each with the line that shows it (``labkit.nccl.nccllog.shown_nets``)."""
+    loose: tuple[LoosePair, ...] = ()
+    """Watched names paired with a value in a loose form (mid-sentence, a table cell, ``set X
+    to Y``) for variables the structured parse did not read (``labkit.nccl.loose``): checked at
+    most as warnings, never part of ``env`` (so not of ``--fix``'s block)."""
+    baked: tuple[Baked, ...] = ()
+    """Defaults Python source in the paste sets for the user (``if "X" not in os.environ``,
+    ``setdefault``, a function's default argument: ``labkit.nccl.baked``)."""
 
     @property
     def job(self) -> dict[str, object]:
         """What the paste says about the job, as ``check_env`` keywords (``runs``, ``nodes``,
-        ``tilde``, ``nets``)."""
-        return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde, "nets": self.nets}
+        ``tilde``, ``nets``), with its loose pairs and baked-in defaults (``loose``,
+        ``baked``)."""
+        return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde, "nets": self.nets,
+                "loose": self.loose, "baked": self.baked}
 
     @property
     def count(self) -> int:
@@ -90,6 +101,10 @@ class ParsedEnv:
         lines += [f"line {n}: could not parse: {shorten(text)}"
                   for n, text in self.unparsed[:SHOWN]]
         lines += [f"line {n}: {note}" for n, note in self.notes[:SHOWN]]
+        if self.loose:
+            shown = ", ".join(f"{p.name}={p.value} (line {p.line})" for p in self.loose[:SHOWN])
+            lines.append(f"read loosely, perhaps not settings (checked, at most a warning; not "
+                         f"in --fix): {shown}" + (" ..." if len(self.loose) > SHOWN else ""))
         hidden = max(0, len(self.unparsed) - SHOWN) + max(0, len(self.notes) - SHOWN)
         return lines + ([f"... and {hidden} more lines like these"] if hidden else [])
 

@@ -15,18 +15,20 @@ Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``pri
 and in ``$(...)``, and lines written to NCCL's config files (``echo K=V >> /etc/nccl.conf``,
 ``printf``, ``tee``, here-documents: ``labkit.nccl.ncclconf``, merged as NCCL merges them, see
 ``labkit.nccl.parsed``), PowerShell (``$env:A = "1"``, ``SetEnvironmentVariable``, ``Set-Item
-Env:A``: ``labkit.nccl.powershell``), and NCCL's own log lines that echo a setting (``A set by
-environment to 15.``: ``labkit.nccl.nccllog``). Around them: a UTF-8 BOM, CRLF, ``\\``
-continuations, Markdown fences and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``)
-traces, comments, NO-BREAK and other Unicode spaces outside quotes (``labkit.nccl.spaces``).
-Values stay unexpanded (``$VAR`` kept) with quotes removed, as bash removes
-them. A name passed on without a value (``mpirun -x NAME``, ``docker -e NAME``, ``valueFrom``) is
-"named, value not given": listed in ``named``, not in ``env``.
+Env:A``: ``labkit.nccl.powershell``), NCCL's own log lines that echo a setting (``A set by
+environment to 15.``: ``labkit.nccl.nccllog``), and Markdown / RST tables of variables and values
+(``labkit.nccl.mdtable``). Around them: a UTF-8 BOM, CRLF, ``\\`` continuations, Markdown fences
+and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``) traces, comments, NO-BREAK and
+other Unicode spaces outside quotes (``labkit.nccl.spaces``). Values stay unexpanded (``$VAR``
+kept) with quotes removed, as bash removes them. A name passed on without a value (``mpirun -x
+NAME``, ``docker -e NAME``, ``valueFrom``) is "named, value not given": listed in ``named``, not
+in ``env``.
 
 Not settings: log output that prints them as ``NAME: value`` (``labkit.nccl.logoutput``).
 Besides the variables, ``ParsedEnv.job`` says what the paste shows of the job: a benchmark's
 collectives, the node count, the values whose ``~`` the shell expands (``labkit.nccl.parsed``),
-the networks its NCCL log shows in use.
+the networks its NCCL log shows in use, what a loose scan finds outside these shapes (``loose``:
+``labkit.nccl.loose``) and the defaults its Python code bakes in (``baked``: ``labkit.nccl.baked``).
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ import re
 from bisect import bisect_right
 from dataclasses import replace
 
-from labkit.nccl import ncclconf, nccllog, powershell, pydict
+from labkit.nccl import mdtable, ncclconf, nccllog, powershell, pydict
+from labkit.nccl.baked import baked_defaults
 from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
+from labkit.nccl.commands import WATCHED as _WATCHED
 from labkit.nccl.logoutput import LOG_NOTE, log_run
+from labkit.nccl.loose import loose_pairs
 from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge, node_count
 from labkit.nccl.shellwords import (
     RAW_ASSIGNMENT,
@@ -66,11 +71,10 @@ _ROOT_PROMPT = re.compile(r"^[ \t]*#[ \t]+((?:sudo[ \t]+)?(?:mpirun|mpiexec|torc
                           re.MULTILINE)
 _SYSTEMD_SECTION = re.compile(r"^\[(?:Unit|Service|Install)\]\s*$", re.MULTILINE)
 _SYSTEMD_KEY = re.compile(r"[A-Z][A-Za-z]*=")
-_WATCHED = (r"(?:NCCL|TORCH|GLOO|FI|OFI|UCX|CUDA|MASTER|PYTORCH|TORCHELASTIC|NVSHMEM|RCCL|OMPI)"
-            r"_[A-Z0-9_]*[A-Z0-9]|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE")
 _MENTION = re.compile(rf"(?<![\w${{%])(?:{_WATCHED})(?!\w)"
                       r"|(?:^|(?<=[\s;&|(]))[\"']?([A-Z_][A-Z0-9_]*)(?==)")
-_READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']""")
+_READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']"""
+                           r"""|["']\w+["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b""")
 _YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
 _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]*)")
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
@@ -104,8 +108,11 @@ def parse_env(text: str) -> ParsedEnv:
     reader.assignments, logged = nccllog.log_settings(reader.assignments)
     reader.notes += logged + spaced_notes(respaced, {a.line for a in reader.assignments})
     parsed = reader.result()
+    logs = {n + 1 for (n, _), key in reader.logs.items() if key is not None}
     return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env),
-                   nets=nccllog.shown_nets(text))
+                   nets=nccllog.shown_nets(text), baked=baked_defaults(text), loose=loose_pairs(
+                       text, {a.name for a in parsed.assignments if a.value is not None
+                              or a.shape == "unset"}, logs))
 
 
 class _Reader:
@@ -131,9 +138,15 @@ class _Reader:
 
     def run(self) -> None:
         block: EnvBlock | None = None
+        tables = mdtable.env_tables(self.lines) if "|" in self.text else {}
         i = 0
         while i < len(self.lines):
             line = self.lines[i]
+            if block is None and i in tables:  # a table of variables and values (mdtable)
+                for number, found_one, raw in tables[i][0]:
+                    self._add(number, raw, [found_one])
+                i = tables[i][1]
+                continue
             if block is not None:
                 consumed = block.feed(line, i + 1)
                 self._drain(block)
@@ -352,18 +365,13 @@ class _Reader:
         return after if here is None else self._heredoc(after, *here)
 
     def _heredoc(self, i: int, delimiter: str, file: str, tabs: bool) -> int:
-        """The body of a here-document written to NCCL's config file, read as NCCL reads it;
-        the line after its delimiter."""
-        while i < len(self.lines):
-            line = self.lines[i].lstrip("\t") if tabs else self.lines[i]
-            if line == delimiter:
-                return i + 1
-            settings, notes = ncclconf.conf_settings(line, file)
-            self._add(i + 1, line, [Found(s.name, s.value, ncclconf.SHAPE, s.file)
-                                    for s in settings])
-            self.notes += [(i + 1, note) for note in notes]
-            i += 1
-        return i
+        """A here-document's body written to NCCL's config file; the line after it."""
+        body, after = ncclconf.heredoc_body(self.lines, i, delimiter, file, tabs)
+        for number, line, settings, notes in body:
+            self._add(number, line, [Found(s.name, s.value, ncclconf.SHAPE, s.file)
+                                     for s in settings])
+            self.notes += [(number, note) for note in notes]
+        return after
 
     def _check_read(self, i: int, span: str, found: list[Found]) -> None:
         """Report the line as unparsed when it mentions a setting that nothing read (a mention

@@ -58,7 +58,7 @@ def _dist_debug(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if not found and value.upper() == "DETAIL":
         found.append(warning(var.name, "DETAIL checks every collective's consistency and logs "
                              "more: PyTorch says it may hurt performance, for debugging runs",
-                             "INFO or OFF outside debugging", source=var.doc))
+                             "INFO or OFF outside debugging", source=var.doc, advice=True))
     return found
 
 
@@ -106,7 +106,7 @@ def _set_by_launcher(var: Variable, value: str, ctx: Context) -> list[Finding]:
         return []
     return [warning(var.name, "torchrun sets it for each worker; setting it yourself changes "
                     "nothing or misleads", "remove it", Edit("comment", reason="set by torchrun"),
-                    source=var.doc)]
+                    source=var.doc, advice=True)]
 
 
 def _plugin_removed(var: Variable, value: str, ctx: Context) -> list[Finding]:

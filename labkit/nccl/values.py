@@ -301,7 +301,8 @@ def _nccl_debug(var: Variable, value: str, ctx: Context) -> list[Finding]:
                         f"step of every rank{every}",
                         "NCCL_DEBUG=WARN in production; while debugging, INFO narrowed with "
                         "NCCL_DEBUG_SUBSYS (INIT,NET or COLL) and NCCL_DEBUG_FILE=/path/nccl.%h.%p",
-                        Edit("set", "WARN", f"{level} is for bring-up only"), source=var.doc)]
+                        Edit("set", "WARN", f"{level} is for bring-up only"), source=var.doc,
+                        advice=True)]
     if level == "ABORT":
         return [info(var.name, "ABORT is accepted by NCCL's parser but not documented",
                      source=var.link)]
