@@ -40,9 +40,12 @@ from labkit.errors import ParameterError
 from labkit.runtime.interrupts import Interrupted
 from labkit.runtime.launch import LaunchResult, launch_code, parse_env
 from labkit.runtime.warm import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TIMEOUT_S, WarmGroup
+from labkit.runtime.warm_cell import CellResult
 
 last_launch: LaunchResult | None = None
 """The most recent cold ``%%torchrun`` launch (exit codes, seconds, output lines)."""
+last_cell: CellResult | None = None
+"""The most recent ``%%torchrun`` cell on warm ranks (its number, seconds, what rank 0 published)."""
 
 warm_group: WarmGroup | None = None
 """The warm group ``%torchrun_start`` started (None: cells run cold)."""
@@ -131,6 +134,7 @@ class TorchrunMagics(Magics):
 
     def _warm(self, group: WarmGroup, args, cell: str,  # noqa: ANN001 (argparse)
               shared: dict[str, object], echo) -> object:  # noqa: ANN001
+        global last_cell
         __tracebackhide__ = True
         asked = {"--nnodes": (args.nnodes, group.nnodes),
                  "--nproc-per-node": (args.nproc_per_node, group.nproc_per_node)}
@@ -143,7 +147,8 @@ class TorchrunMagics(Magics):
         if args.env or args.max_restarts:
             raise ParameterError("--env and --max-restarts belong to a job's start: give --env "
                                  "to %torchrun_start, or add --cold to run this cell as a job")
-        return group.run_cell(cell, shared, args.timeout, echo).published
+        last_cell = group.run_cell(cell, shared, args.timeout, echo)
+        return last_cell.published
 
     @magic_arguments()
     @argument("--nnodes", type=int, default=1, help="simulated nodes (torchrun agents)")

@@ -348,7 +348,9 @@ class WarmGroup:
             failures: list[RankFailure] = []
             if self.folder is not None:
                 tails = self.folder / "tmp" / "stderr-tails"
-                failures = collect_failures(self.folder, tails, list(self._agent_lines))
+                failures = [dataclasses.replace(f, stderr=tuple(
+                    line for line in f.stderr if self._fence not in line))  # the protocol's own
+                    for f in collect_failures(self.folder, tails, list(self._agent_lines))]
                 shutil.rmtree(self.folder, ignore_errors=True)
         self.ending = Ending(reason, before, left, tuple(failures))
         return self.ending
