@@ -12,10 +12,11 @@ if known, and the network plugins in use), ``syntax`` (value grammars, mirroring
 source), ``values`` / ``torch_values`` / ``hostfacts`` / ``plugin_checks`` (one value),
 ``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
 ``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands``,
-``yamlenv``, ``pydict`` (dict literals), ``mdtable`` (tables of variables) and ``ncclconf``
-(NCCL's config files), merged by ``parsed``; ``loose``, a safety net that reads names paired with
-values outside those shapes, checked at most as warnings; ``baked``, interface and HCA names
-Python code sets as defaults), ``envsource`` (``read_env_source``: refuses what is not a small text file), ``envfile`` (export
+``yamlenv``, ``pydict`` (dict literals), ``pyfields`` (typed class fields), ``mdtable`` (tables
+of variables) and ``ncclconf`` (NCCL's config files), merged by ``parsed``; ``loose``, a safety
+net that reads names paired with values outside those shapes, checked at most as warnings;
+``baked``, interface and HCA names Python code sets as defaults; ``confidence``, which caps a
+finding when the read of its value is unsure), ``envsource`` (``read_env_source``: refuses what is not a small text file), ``envfile`` (export
 blocks in and out), ``cli`` (``labkit nccl check``), ``debuglog`` (what an
 ``NCCL_DEBUG=INFO`` log says).
 """

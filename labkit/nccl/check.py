@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from labkit.nccl import plugin_checks, torch_values, values
 from labkit.nccl.baked import Baked, baked_findings
+from labkit.nccl.confidence import Doubt, capped
 from labkit.nccl.context import Context, Host, detect_plugins, local_hcas, local_interfaces
 from labkit.nccl.findings import Edit, Finding, info, warning
 from labkit.nccl.loose import LoosePair, loose_findings
@@ -67,7 +68,8 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
               hcas: Iterable[str] | None = None,
               runs: frozenset[str] | None = None, nodes: int | None = None,
               tilde: Iterable[str] = (), nets: Iterable[tuple[str, str]] = (),
-              loose: Iterable[LoosePair] = (), baked: Iterable[Baked] = ()) -> list[Finding]:
+              loose: Iterable[LoosePair] = (), baked: Iterable[Baked] = (),
+              doubtful: Iterable[Doubt] = ()) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
@@ -80,7 +82,9 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
     networks NCCL's own log shows in use, each with the line that shows it; ``loose``, pairs
     read loosely (``labkit.nccl.loose``), checked by name and value but never above a warning;
     ``baked``, defaults Python source sets for its users (``labkit.nccl.baked``): an interface or
-    HCA name there is a warning, not a host fact.
+    HCA name there is a warning, not a host fact; ``doubtful``, variables whose value an unsure
+    read took with another language's syntax in it: at most warnings
+    (``labkit.nccl.confidence``, which decides every such cap).
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
@@ -94,7 +98,8 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
         findings += _check_one(name, value, ctx)
     for rule in RULES:
         findings += rule.apply(ctx)
-    findings = baked_findings(baked, ctx, findings) + loose_findings(loose, ctx, _check_one)
+    findings = capped(baked_findings(baked, ctx, findings), doubtful) + \
+        loose_findings(loose, ctx, _check_one)
     for finding in findings:  # --fix must not keep an error: comment the line out, saying why
         if finding.severity == "error" and finding.edit is None and finding.variable in env:
             finding.edit = Edit("comment", reason=_short(finding.message))

@@ -16,7 +16,9 @@ value in one of these forms (``FORMS`` names them):
   ..., else the next cell) holds one value;
 - ``set NAME to VALUE`` / ``NAME set to VALUE``, in prose; there a bare value must look like one
   (a digit, a capital letter or one of ``^=/,:._-``), so ``set NCCL_DEBUG to the right level``
-  reads nothing.
+  reads nothing;
+- a Python typed variable with a literal default, ``NCCL_DEBUG: str = "INFO"``, outside a class
+  whose fields are all variable names (inside one it is a setting: ``labkit.nccl.pyfields``).
 
 A pair is kept only for a variable the structured parse did not read (never twice: a variable
 it read a value for, or an ``unset``, is not looked at again), one per distinct value. A variable
@@ -31,8 +33,10 @@ NCCL_X=1``, ``# NCCL_X: 1``: switched off on purpose), a diff's removed lines, s
 value ``"NCCL_X": level``; an expression such as ``",".join(...)``) and ``make NAME=VALUE``
 (a variable of make's, not of the environment NCCL runs in).
 
-A loose pair is checked like any setting, by name and by value, but never more than a warning
-(``check.check_env``'s ``loose``): the text may describe the setting rather than set it, so the
+A value that carries another language's syntax (``a=b``, a call, a quote that never closes:
+``labkit.nccl.confidence``) is no value here. A loose pair is checked like any setting, by name
+and by value, but never more than a warning (``check.check_env``'s ``loose``,
+``confidence.at_most_warning``): the text may describe the setting rather than set it, so the
 finding says where it was read and in which form, for the reader to judge. Loose pairs stay out
 of ``ParsedEnv.env``, so ``--fix`` writes only what the structured parse read.
 """
@@ -43,15 +47,17 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from labkit.nccl import mdtable
+from labkit.nccl import mdtable, pyfields
 from labkit.nccl.commands import WATCHED
+from labkit.nccl.confidence import at_most_warning, foreign_syntax
 from labkit.nccl.context import Context
-from labkit.nccl.findings import Finding, warning
+from labkit.nccl.findings import Finding
 from labkit.nccl.logoutput import is_log_line
 
 FORMS = {"assign": "NAME=VALUE in a line", "subscript": "os.environ['NAME']=VALUE in a line",
          "colon": "NAME: VALUE", "table": "a table row", "set": "'set NAME to VALUE'",
-         "set-to": "'NAME set to VALUE'"}
+         "set-to": "'NAME set to VALUE'",
+         "annotated": "NAME: type = VALUE (a Python typed variable)"}
 _END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{WATCHED})=)"""
 _NAMED = rf"""[`'"*]{{0,3}}(?P<name>{WATCHED})[`'"*]{{0,3}}"""
 _QUOTE_END = r"(?=[\s,;)\]|<#*]|[.:!?](?:\s|$)|$)"  # not '",".join(...)': an expression
@@ -127,17 +133,16 @@ def loose_findings(pairs: Iterable[LoosePair], ctx: Context,
             if found.severity == "info" or found.advice or (found.variable, found.message) in seen:
                 continue
             seen.add((found.variable, found.message))
-            worse = "; as a setting it is an error" if found.severity == "error" else ""
-            out.append(warning(found.variable, f"read loosely from {pair.where()} (the text may "
-                               f"describe a setting rather than make it: check that it is one"
-                               f"{worse}): {found.message}", found.fix, source=found.source))
+            out.append(at_most_warning(found, f"read loosely from {pair.where()}", "the text may "
+                                       "describe a setting rather than make it: check that it "
+                                       "is one"))
     return out
 
 
 def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tuple[LoosePair, ...]:
     """The loose pairs in ``text`` (see the module docstring) for the variables not in ``read``
     (every name the structured parse read a value for, or unset); ``skip``: line numbers that
-    are log output."""
+    are log output, or that the structured parse read as something else (a Python field)."""
     read, skip = frozenset(read), frozenset(skip)
     lines = text.split("\n")
     pairs: dict[tuple[str, str], LoosePair] = {}
@@ -147,6 +152,12 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
         if n in skip or _NCCL_LOG.search(line) or is_log_line(line) or \
                 _COMMENTED.match(line) or (in_diff and line.startswith("-")) or \
                 not _WATCHED_NAME.search(line):
+            continue
+        typed = pyfields.annotated(line) if ":" in line else None
+        if typed is not None and typed[2]:  # Python: no "NAME: VALUE" with the value "str = 1"
+            if typed[1] is not None and typed[0] not in read and _WATCHED_NAME.fullmatch(typed[0]):
+                pairs.setdefault(typed[:2], LoosePair(typed[0], typed[1], n, FORMS["annotated"],
+                                                      line.strip()))
             continue
         for form, pattern in PATTERNS.items():
             for match in pattern.finditer(line):
@@ -189,7 +200,7 @@ def _value(match: re.Match[str], form: str) -> str | None:
             return None  # "set NCCL_DEBUG to the right level", "X: null", "X=master_addr,"
         if groups.get("key") and not _JSON_BARE.fullmatch(value):
             return None  # '"NCCL_X": some_name' in a dict: an expression
-    return None if _PLACEHOLDER.fullmatch(value) else value
+    return None if _PLACEHOLDER.fullmatch(value) or foreign_syntax(value) else value
 
 
 def _table_pairs(lines: list[str], read: frozenset[str],

@@ -6,7 +6,9 @@ takes everything before the first ``=`` as the name (blanks included) and the re
 (quotes kept), and calls ``setenv(name, value, 0)`` (``src/os/linux.cc``): a variable already in
 the environment wins, and so does the first file that sets it. Setup scripts and Dockerfiles
 write those files with ``echo K=V >> /etc/nccl.conf``, ``printf``, ``... | tee -a`` and
-here-documents; ``written`` and ``heredoc`` read them (shape "nccl.conf").
+here-documents; ``written`` and ``heredoc`` read them (shape "nccl.conf"). ``heredoc`` finds the
+other here-documents too (a YAML file, a job script), whose bodies the paste reader reads as text
+of their own.
 """
 
 from __future__ import annotations
@@ -100,9 +102,21 @@ def written(words: list[Word], redirects: list[Redirect],
     return _settings(printed, files) + (printed,)
 
 
-def heredoc(tokens: list[Token]) -> tuple[str, str, bool] | None:
-    """(delimiter, file, tabs stripped) when a command in ``tokens`` writes a here-document into
-    a config file (``cat > /etc/nccl.conf << EOF``, ``tee -a ~/.nccl.conf <<'EOF'``)."""
+class HereDoc(NamedTuple):
+    """A here-document a command reads: its ``delimiter``, the ``file`` the command writes it to
+    ("" when none: ``ssh host bash << EOF``), whether ``<<-`` strips leading ``tabs``, and whether
+    that file is one of NCCL's config files (``conf``)."""
+
+    delimiter: str
+    file: str
+    tabs: bool
+    conf: bool
+
+
+def heredoc(tokens: list[Token]) -> HereDoc | None:
+    """The first here-document a command in ``tokens`` reads, and where it goes: into a config
+    file (``cat > /etc/nccl.conf << EOF``, ``tee -a ~/.nccl.conf <<'EOF'``), another file
+    (``cat <<EOF > job.yaml``) or a command."""
     command: list[Word | Redirect] = []
     for token in [*tokens, ";"]:
         if not isinstance(token, str):
@@ -116,8 +130,8 @@ def heredoc(tokens: list[Token]) -> tuple[str, str, bool] | None:
             if words and words[0].value.rsplit("/", 1)[-1] == "tee":
                 files += [w.value for w in words[1:] if not w.value.startswith("-")]
             conf = next((f for f in files if is_conf_file(f)), None)
-            if conf is not None:
-                return here.target, conf, here.op == "<<-"
+            return HereDoc(here.target, conf or next(iter(files), ""), here.op == "<<-",
+                           conf is not None)
         command = []
     return None
 

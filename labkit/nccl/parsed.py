@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from labkit.nccl.baked import Baked
+from labkit.nccl.confidence import Doubt
 from labkit.nccl.loose import LoosePair
 from labkit.nccl.ncclconf import SHAPE as CONF_SHAPE
 from labkit.nccl.ncclconf import SYSTEM_FILE, conf_files_unread
@@ -75,14 +76,18 @@ class ParsedEnv:
     baked: tuple[Baked, ...] = ()
     """Defaults Python source in the paste sets for the user (``if "X" not in os.environ``,
     ``setdefault``, a function's default argument: ``labkit.nccl.baked``)."""
+    doubtful: tuple[Doubt, ...] = ()
+    """Variables of ``env`` read in an unsure shape (a YAML line, prose, a table cell) whose
+    value carries another language's syntax (``str = "INFO"``): findings on them are at most
+    warnings (``labkit.nccl.confidence``)."""
 
     @property
     def job(self) -> dict[str, object]:
         """What the paste says about the job, as ``check_env`` keywords (``runs``, ``nodes``,
-        ``tilde``, ``nets``), with its loose pairs and baked-in defaults (``loose``,
-        ``baked``)."""
+        ``tilde``, ``nets``), with its loose pairs, baked-in defaults and unsure values
+        (``loose``, ``baked``, ``doubtful``)."""
         return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde, "nets": self.nets,
-                "loose": self.loose, "baked": self.baked}
+                "loose": self.loose, "baked": self.baked, "doubtful": self.doubtful}
 
     @property
     def count(self) -> int:

@@ -11,13 +11,16 @@ Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``pri
 --export=`` (also as ``#SBATCH``), ``bash -c '...'``, Dockerfile ``ENV``, ``%env``, csh
 ``setenv``, systemd ``Environment=``, YAML ``env:``/``environment:`` (``labkit.nccl.yamlenv``),
 ``os.environ[...] = ...``, JSON ``"NCCL_X": "1"`` pairs, Python dict / JSON object literals
-(``labkit.nccl.pydict``), shell statements in quoted strings (``cmd = "export A=1;export B=2"``)
-and in ``$(...)``, and lines written to NCCL's config files (``echo K=V >> /etc/nccl.conf``,
-``printf``, ``tee``, here-documents: ``labkit.nccl.ncclconf``, merged as NCCL merges them, see
-``labkit.nccl.parsed``), PowerShell (``$env:A = "1"``, ``SetEnvironmentVariable``, ``Set-Item
-Env:A``: ``labkit.nccl.powershell``), NCCL's own log lines that echo a setting (``A set by
-environment to 15.``: ``labkit.nccl.nccllog``), and Markdown / RST tables of variables and values
-(``labkit.nccl.mdtable``). Around them: a UTF-8 BOM, CRLF, ``\\`` continuations, Markdown fences
+(``labkit.nccl.pydict``), typed fields of a class whose fields are all variable names
+(``NCCL_DEBUG: str = "INFO"``: ``labkit.nccl.pyfields``; such a line is never read as YAML),
+shell statements in quoted strings (``cmd = "export A=1;export B=2"``) and in ``$(...)``, and
+lines written to NCCL's config files (``echo K=V >> /etc/nccl.conf``, ``printf``, ``tee``,
+here-documents: ``labkit.nccl.ncclconf``, merged as NCCL merges them, see
+``labkit.nccl.parsed``; any other here-document's body, a YAML file or a script, is read as a
+text of its own, as the command gets it: ``labkit.nccl.inner``), PowerShell (``$env:A =
+"1"``, ``SetEnvironmentVariable``, ``Set-Item Env:A``: ``labkit.nccl.powershell``), NCCL's own
+log lines that echo a setting (``A set by environment to 15.``: ``labkit.nccl.nccllog``), and
+Markdown / RST tables of variables and values (``labkit.nccl.mdtable``). Around them: a UTF-8 BOM, CRLF, ``\\`` continuations, Markdown fences
 and bullets, ``$ ``/``user@host:~#`` prompts, ``set -x`` (``+``) traces, comments, NO-BREAK and
 other Unicode spaces outside quotes (``labkit.nccl.spaces``). Values stay unexpanded (``$VAR``
 kept) with quotes removed, as bash removes them. A name passed on without a value (``mpirun -x
@@ -28,7 +31,9 @@ Not settings: log output that prints them as ``NAME: value`` (``labkit.nccl.logo
 Besides the variables, ``ParsedEnv.job`` says what the paste shows of the job: a benchmark's
 collectives, the node count, the values whose ``~`` the shell expands (``labkit.nccl.parsed``),
 the networks its NCCL log shows in use, what a loose scan finds outside these shapes (``loose``:
-``labkit.nccl.loose``) and the defaults its Python code bakes in (``baked``: ``labkit.nccl.baked``).
+``labkit.nccl.loose``), the defaults its Python code bakes in (``baked``: ``labkit.nccl.baked``)
+and the values an unsure read took with another language's syntax in them (``doubtful``:
+``labkit.nccl.confidence``).
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ import re
 from bisect import bisect_right
 from dataclasses import replace
 
-from labkit.nccl import mdtable, ncclconf, nccllog, powershell, pydict
+from labkit.nccl import mdtable, nccllog, powershell, pydict, pyfields
 from labkit.nccl.baked import baked_defaults
 from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
 from labkit.nccl.commands import WATCHED as _WATCHED
+from labkit.nccl.confidence import doubts
+from labkit.nccl.inner import MAX_SPAN, Inner
 from labkit.nccl.logoutput import LOG_NOTE, log_run
 from labkit.nccl.loose import loose_pairs
 from labkit.nccl.parsed import Assignment, ParsedEnv, benchmarked_collectives, merge, node_count
@@ -79,7 +86,6 @@ _YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
 _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]*)")
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
                      r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
-_MAX_SPAN = 20  # physical lines one quoted value may span
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
 # "I worked ...", "2. If I set ...", "set X=0 and it works", a reply to "@user ...": a sentence,
 # not a command line
@@ -108,14 +114,16 @@ def parse_env(text: str) -> ParsedEnv:
     reader.assignments, logged = nccllog.log_settings(reader.assignments)
     reader.notes += logged + spaced_notes(respaced, {a.line for a in reader.assignments})
     parsed = reader.result()
-    logs = {n + 1 for (n, _), key in reader.logs.items() if key is not None}
+    skip = {n + 1 for (n, _), key in reader.logs.items() if key is not None}  # log output
+    skip |= {a.line for a in reader.assignments if a.shape == pyfields.SHAPE}  # read as Python
     return replace(parsed, runs=benchmarked_collectives(text), nodes=node_count(text, parsed.env),
                    nets=nccllog.shown_nets(text), baked=baked_defaults(text), loose=loose_pairs(
                        text, {a.name for a in parsed.assignments if a.value is not None
-                              or a.shape == "unset"}, logs))
+                              or a.shape == "unset"}, skip),
+                   doubtful=doubts(parsed.assignments, parsed.env))
 
 
-class _Reader:
+class _Reader(Inner):
     """One pass over the lines: YAML blocks, other one-line shapes, then shell."""
 
     def __init__(self, text: str) -> None:
@@ -135,6 +143,7 @@ class _Reader:
         first = self.lines[0].strip() if self.lines else ""
         self.bash = not first.startswith("#!") or "bash" in first
         self.logs: dict[tuple[int, int], str | None] = {}  # (line, indent) -> its run's log key
+        self.fields = pyfields.Fields(self.lines)  # Python annotated assignments (class fields)
 
     def run(self) -> None:
         block: EnvBlock | None = None
@@ -219,6 +228,11 @@ class _Reader:
             self._add(number, stripped, [Found(simple.group(2), simple.group(3), shape,
                                                tilde=tilde)])
             return i + 1
+        field = self.fields.read(i) if ":" in line else None
+        if field is not None:  # NCCL_X: str = "1": Python, not YAML (labkit.nccl.pyfields)
+            if field[0] is not None:
+                self._add(number, stripped, [field[0]])
+            return i + 1
         if self._own_shape(number, stripped):
             return i + 1
         if "os.environ[" in line and "]" not in line:  # os.environ[ / "KEY" / ] = "v"
@@ -272,24 +286,6 @@ class _Reader:
             if key is not None:
                 self.notes.append((first + 1, LOG_NOTE.format(key=key)))
         return self.logs[(i, indent)] is not None
-
-    def _code_span(self, i: int) -> int | None:
-        """A Markdown code span opening a line and closing at the end of a later one
-        (`` `export A=1 <newline> export B=2` ``): its inside read as lines of their own; the
-        line after it, or None when the line opens no such span."""
-        opening = self.starts[i] + self.lines[i].index("`")
-        closing = self.text.find("`", opening + 1)
-        last = bisect_right(self.starts, closing) - 1 if closing > 0 else -1
-        if last <= i or last - i > _MAX_SPAN or self.text[closing + 1:self.starts[last]
-                                                            + len(self.lines[last])].strip():
-            return None
-        inside = _Reader(self.text[opening + 1:closing])
-        inside.bash = self.bash
-        inside.run()
-        self.assignments += [replace(a, line=a.line + i) for a in inside.assignments]
-        self.unparsed += [(n + i, text) for n, text in inside.unparsed]
-        self.notes += [(n + i, note) for n, note in inside.notes]
-        return last + 1
 
     def _joined(self, i: int, closing: str, most: int = 4) -> tuple[str, int] | None:
         """Line ``i`` and the next few up to the one holding ``closing``, joined without their
@@ -349,7 +345,7 @@ class _Reader:
         result = split_words(self.text, start, end, open_at)
         if result is None and open_at and RAW_ASSIGNMENT.match(self.text, open_at[0]):
             # the open quote is in a value (export A='two\nlines'): let it span lines
-            far = min(len(self.lines) - 1, last + _MAX_SPAN)
+            far = min(len(self.lines) - 1, last + MAX_SPAN)
             result = split_words(self.text, start, self.starts[far] + len(self.lines[far]))
         if result is None:
             self._check_read(i, self.lines[i], [])
@@ -361,17 +357,7 @@ class _Reader:
         self.notes += [(i + 1, note) for note in notes]
         self._check_read(i, raw, found)
         after = max(i + 1, bisect_right(self.starts, stop - 1))
-        here = ncclconf.heredoc(tokens)
-        return after if here is None else self._heredoc(after, *here)
-
-    def _heredoc(self, i: int, delimiter: str, file: str, tabs: bool) -> int:
-        """A here-document's body written to NCCL's config file; the line after it."""
-        body, after = ncclconf.heredoc_body(self.lines, i, delimiter, file, tabs)
-        for number, line, settings, notes in body:
-            self._add(number, line, [Found(s.name, s.value, ncclconf.SHAPE, s.file)
-                                     for s in settings])
-            self.notes += [(number, note) for note in notes]
-        return after
+        return self._here_document(tokens, raw, after)
 
     def _check_read(self, i: int, span: str, found: list[Found]) -> None:
         """Report the line as unparsed when it mentions a setting that nothing read (a mention
