@@ -4,8 +4,6 @@ statements in strings and ``$(...)``, YAML nulls and continued values, Python/JS
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from labkit.nccl.paste import ParsedEnv, parse_env
@@ -154,11 +152,10 @@ def test_json_objects_nested_and_dicts_that_are_not_environments():
     assert parsed.named == ["NCCL_ALGO"]
 
 
+@pytest.mark.timeout(120)  # a bound on a hang, not a speed: a quadratic read takes far longer
 def test_many_literals_stay_fast():
     text = "\n".join(f'cfg{i} = {{"lr": {i}, "x": [1, 2]}}' for i in range(20_000))
-    start = time.perf_counter()
-    parse_env(text + '\nenv = {"NCCL_DEBUG": "WARN"}')
-    assert time.perf_counter() - start < 10
+    assert parse_env(text + '\nenv = {"NCCL_DEBUG": "WARN"}').env == {"NCCL_DEBUG": "WARN"}
 
 
 # --- what the shell computes: substitutions and ~ ---------------------------------------------
