@@ -202,7 +202,8 @@ def test_setup_passes_on_nccl_with_a_gpu_per_rank_and_fails_otherwise():
 
 NCCL_LOG = """\
 gpu1:4242:4242 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.3<0>
-gpu1:4242:4242 [0] NCCL INFO NCCL_DEBUG_SUBSYS set by environment to INIT,BOOTSTRAP,ENV.
+gpu1:4242:4242 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0
+gpu1:4242:4242 [0] NCCL INFO NCCL_IB_TIMEOUT set by environment to 22.
 gpu1:4242:4242 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
 gpu1:4242:4300 [0] NCCL INFO comm 0x55d0c8a0 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0
 gpu1:4242:4300 [0] NCCL INFO ncclCommInitRankConfig comm 0x55d0c8a0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0x9c2e4f1a5b7d3e01 - Init COMPLETE
@@ -214,7 +215,9 @@ def test_the_nccl_log_gives_the_version_and_every_rank():
     summary, details = judge_nccl_log(NCCL_LOG, 1, "2.21.5", 1)
     assert summary.startswith("NCCL 2.21.5+cuda12.4: 1 of 1 rank(s) Init COMPLETE")
     assert details["ranks"][0]["bus_id"] == "18000" and details["ignored_lines"] == 1
-    assert details["env"] == {"NCCL_DEBUG_SUBSYS": "INIT,BOOTSTRAP,ENV"}
+    # NCCL's two formats (src/misc/socket.cc, src/misc/param.cc): a string as it is, an integer
+    # parameter with a full stop after it
+    assert details["env"] == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_TIMEOUT": "22"}
     with pytest.raises(CheckFailed, match="torch.cuda.nccl.version\\(\\) 2.23.4") as caught:
         judge_nccl_log(NCCL_LOG, 1, "2.23.4", 1)
     assert caught.value.details["excerpt"][0].startswith("gpu1:4242:4242 [0] NCCL INFO")
