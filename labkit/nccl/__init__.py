@@ -6,12 +6,16 @@
         print(finding.severity, finding.variable, finding.message)
 
 Modules: ``registry`` (the variables, as data: ``registry_nccl`` / ``registry_nccl_debug`` from
-NCCL's env page, ``registry_nccl_source`` which releases read what, ``registry_torch``,
-``registry_plugins``), ``versions`` (the NCCL release checked against), ``context`` (the host,
-if known, and the network plugins in use), ``syntax`` (value grammars, mirroring NCCL/PyTorch
-source), ``values`` / ``torch_values`` / ``hostfacts`` / ``plugin_checks`` (one value),
+NCCL's env page, ``registry_nccl_source`` which releases read what, ``registry_domains`` the
+value domains of undocumented ones, ``registry_torch``, ``registry_plugins``), ``versions`` (the
+NCCL release checked against), ``context`` (the host, if known, and the network plugins in use),
+``syntax`` (value grammars, mirroring NCCL/PyTorch source), ``values`` / ``torch_values`` /
+``hostfacts`` / ``plugin_checks`` / ``domains`` (what NCCL does with a value outside its domain)
+/ ``netnames`` (``NCCL_NET`` against the names networks register) / ``pasted`` (a link, URL,
+HTML or typographic text pasted into a file or library name) (one value),
 ``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
 ``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands``,
+``dialects`` (the set commands of fish, csh, cmd.exe, setx, launchctl, systemctl ...),
 ``yamlenv``, ``pydict`` (dict literals), ``pyfields`` (typed class fields), ``mdtable`` (tables
 of variables) and ``ncclconf`` (NCCL's config files), merged by ``parsed``; ``loose``, a safety
 net that reads names paired with values outside those shapes, checked at most as warnings;

@@ -20,7 +20,7 @@ import argparse
 import re
 from collections.abc import Iterable, Mapping
 
-from labkit.nccl import plugin_checks, torch_values, values
+from labkit.nccl import domains, netnames, pasted, plugin_checks, torch_values, values
 from labkit.nccl.baked import Baked, baked_findings
 from labkit.nccl.confidence import Doubt, capped
 from labkit.nccl.context import Context, Host, detect_plugins, local_hcas, local_interfaces
@@ -36,7 +36,8 @@ from labkit.nccl.versions import NcclTarget, local_nccl_target
 __all__ = ["Host", "check_env", "local_hcas", "local_interfaces", "options_from_args"]
 
 KIND_CHECKS = {**values.KIND_CHECKS, **torch_values.KIND_CHECKS}
-NAME_CHECKS = {**values.NAME_CHECKS, **torch_values.NAME_CHECKS}
+NAME_CHECKS = {**values.NAME_CHECKS, **torch_values.NAME_CHECKS, **domains.NAME_CHECKS,
+               **netnames.NAME_CHECKS}
 
 PROTO_DOC_NOTE = ("NCCL's docs discourage it except to disable one protocol while a bug is "
                   "suspected")
@@ -109,7 +110,7 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
 def _check_one(name: str, value: str, ctx: Context) -> list[Finding]:
     """Findings for one variable and its value, by name and by value (no rules)."""
     var = REGISTRY.get(name)
-    return unknown_variable(name, ctx) if var is None else \
+    return unknown_variable(name, ctx) + pasted.check_other(name, value) if var is None else \
         _with_source(_check_variable(var, value, ctx), var)
 
 
@@ -144,6 +145,9 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
     if version is not None:
         return version
     found = _deprecation(var, value, ctx)
+    damaged = pasted.check(var, value)  # a Markdown link, a URL, HTML ... in a file name
+    if damaged:
+        return found + damaged
     shell = computed(value)
     if shell:
         return found + [info(var.name, f"'{value}' is {shell}: its value is not checked here")]

@@ -7,8 +7,10 @@ anywhere in the command: ``mpirun -x``/``-genv``, ``docker``/``podman``/``kubect
 ``-e``/``--env``, ``apptainer --env``, ``srun``/``sbatch --export=``, and the scripts that run
 inside a command: ``bash -c '...'``, ``$(...)`` substitutions, and quoted strings that are shell
 statements (``cmd = "export A=1; export B=2"``). ``echo``/``printf``/``tee`` into NCCL's config
-files are read by ``labkit.nccl.ncclconf``. ``slurm_export`` splits ``--export`` lists as Slurm's
-``_find_quote_token`` does.
+files are read by ``labkit.nccl.ncclconf``, other shells' and tools' set commands (fish ``set
+-gx``, ``setx``, ``launchctl setenv``, ``systemctl set-environment``, ``export -n`` ...) by
+``labkit.nccl.dialects``, and ``env -S``'s string is split into the words it holds.
+``slurm_export`` splits ``--export`` lists as Slurm's ``_find_quote_token`` does.
 
 ``Found.tilde`` says whether the shell replaces a ``~`` that opens the value with a home
 directory (bash manual, "Tilde Expansion"): ``SHELL_TILDE`` where every shell does (an
@@ -23,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from labkit.nccl import ncclconf
+from labkit.nccl import dialects, ncclconf
 from labkit.nccl.shellwords import (
     RAW_ASSIGNMENT,
     Redirect,
@@ -122,12 +124,19 @@ def _read_command(words: list[Word], redirects: list[Redirect], found: list[Foun
     if conf:
         return printed
     command = words[i].value
-    if command in _DECLARES:
+    other = dialects.read_command(words[i:])
+    if other is not None:  # fish set, setx, launchctl, systemctl, conda, kubectl set env ...
+        found += [Found(name, value, shape, tilde=tilde) for name, value, shape, tilde in other]
+        notes += [dialects.UNEXPORTED_NOTE.format(name=n) for n, _, shape, _ in other
+                  if shape == dialects.UNEXPORTED]
+    elif command in _DECLARES:
         _read_declare(command, words[i + 1:], found)
         for word in words[i + 1:]:
             _read_inner(word, found, notes, depth)
     elif command == "unset":
-        found += [Found(w.value, None, "unset") for w in words[i + 1:] if NAME.fullmatch(w.value)]
+        if not any(w.value[:1] == "-" and "f" in w.value for w in words[i + 1:]):  # -f: functions
+            found += [Found(w.value, None, "unset") for w in words[i + 1:]
+                      if NAME.fullmatch(w.value)]
     elif command == "setenv" and len(words) > i + 1 and NAME.fullmatch(words[i + 1].value):
         tilde = SHELL_TILDE if len(words) > i + 2 and tilde_expands(words[i + 2].raw) else ""
         found.append(Found(words[i + 1].value, " ".join(w.value for w in words[i + 2:]),
@@ -168,7 +177,7 @@ def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:
     flags = "".join(w.value[1:] for w in args if w.value.startswith(("-", "+")))
     args = [w for w in args if not w.value.startswith(("-", "+"))]
     if (command == "export" and set(flags) & set("nfp")) or set(flags) & set("aAfFp"):
-        return  # unexport, functions, arrays, printing: nothing set
+        return  # functions, arrays, printing: nothing set (export -n: labkit.nccl.dialects)
     exports = command == "export" or "x" in flags
     shape = {"ENV": "Dockerfile ENV", "%env": "%env"}.get(command) or (
         "export" if command == "export" else "declare -x" if "x" in flags else "declare")
@@ -198,6 +207,10 @@ def _read_launchers(words: list[Word], found: list[Found], notes: list[str], dep
         base = value.rsplit("/", 1)[-1]
         if base in ("env", "sudo"):
             j = _read_env_words(words, j + 1, base, found)
+            other = dialects.read_command(words[j:]) if j < len(words) else None
+            if other is not None:  # sudo systemctl set-environment ..., env setx ...
+                found += [Found(n, v, shape, tilde=t) for n, v, shape, t in other]
+                return
             scope = ""
             continue
         if base in _MPI | _CONTAINERS | _APPTAINER | _SLURM:
@@ -270,7 +283,19 @@ def _read_env_words(words: list[Word], j: int, command: str, found: list[Found])
         elif command == "env" and value in ("-u", "--unset") and j + 1 < len(words):
             found.append(Found(words[j + 1].value, None, "unset"))
             j += 1
-        elif value in _SUDO_WITH_ARGUMENT or (command == "env" and value in ("-C", "-S")):
+        elif command == "env" and value.startswith(("-S", "--split-string")):
+            text = value[2:] if value.startswith("-S") else value.partition("=")[2]
+            if not text and j + 1 < len(words) and "=" not in value:
+                j += 1
+                text = words[j].value
+            inner = dialects.split_string(text)  # env -S 'A=1 B=2 cmd': one argument, split
+            before = len(found)
+            k = _read_env_words(inner, 0, command, found)
+            found[before:] = [f._replace(tilde="") for f in found[before:]]  # env expands no ~
+            if k < len(inner):  # the command it runs is in the string too
+                found += read_commands(list(inner[k:]), 1)[0]
+                return len(words)
+        elif value in _SUDO_WITH_ARGUMENT or (command == "env" and value == "-C"):
             j += 1
         elif not value.startswith("-"):
             break

@@ -56,6 +56,7 @@ from labkit.nccl.logoutput import is_log_line
 
 FORMS = {"assign": "NAME=VALUE in a line", "subscript": "os.environ['NAME']=VALUE in a line",
          "colon": "NAME: VALUE", "table": "a table row", "set": "'set NAME to VALUE'",
+         "command": "a set command (fish set -x, setenv, setx, launchctl setenv: NAME VALUE)",
          "set-to": "'NAME set to VALUE'",
          "annotated": "NAME: type = VALUE (a Python typed variable)"}
 _END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{WATCHED})=)"""
@@ -85,6 +86,9 @@ PATTERNS = {
                         rf"""{_bare("a", "", "#")})\s*(?=$|[,;#|])"""),
     "set": re.compile(rf"""\b[Ss]et(?:s|ting)?\s+(?:the\s+)?(?:(?:env(?:ironment)?\s+)?"""
                       rf"""variable\s+)?{_NAMED}\s+(?:to|=)\s+(?:{_quoted("a")}|{_bare("a")})"""),
+    "command": re.compile(rf"""(?<![\w$-])(?:set(?P<flags>(?:\s+--?[A-Za-z][A-Za-z-]*)+)|setenv|setx"""
+                          rf"""|set-env|launchctl\s+setenv)\s+{_NAMED}\s+(?:{_quoted("a")}|"""
+                          rf"""{_bare("a")})"""),
     "set-to": re.compile(rf"""(?<![\w$%{{]){_NAMED}\s+(?:is\s+|was\s+|are\s+|has\s+been\s+|being\s+)?"""
                          rf"""set\s+to\s+(?:{_quoted("a")}|{_bare("a")})"""),
 }
@@ -97,9 +101,11 @@ _COMMAND_BREAK = re.compile(r"[;&|(`]")
 _WATCHED_NAME = re.compile(WATCHED)
 _DOTTED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
-_COMMENTED = re.compile(rf"""\s*(?:#+|//)\s*(?:(?:export|setenv|set|ENV|declare\s+-x)\s+|"""
+_COMMENTED = re.compile(rf"""\s*(?:#+|//|rem\s|::)\s*(?:(?:export|setenv|set|ENV|declare\s+-x)\s+|"""
                         rf"""[-*]\s+)?(?:(?:{WATCHED})\s*[=:]|(?:os\.)?environ\b|(?:mpirun|"""
-                        rf"""mpiexec|srun|torchrun|docker|python3?|-x|-e|--env)\s)""")
+                        rf"""mpiexec|srun|torchrun|docker|python3?|-x|-e|--env)\s|(?:set(?:\s+"""
+                        rf"""--?[A-Za-z-]+)+|setenv|setx|set-env|launchctl\s+setenv)\s+"""
+                        rf"""(?:{WATCHED})\s)""", re.IGNORECASE)
 _DIFF_START = re.compile(r"\s*(?:```\s*(?:diff|patch)\s*$|@@ .* @@|diff --git )")
 
 
@@ -163,6 +169,8 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
             for match in pattern.finditer(line):
                 value = _value(match, form)
                 name = match.group("name")
+                if form == "command" and not _exports(match.group("flags")):
+                    continue  # fish's set without -x: a variable of fish, not of the environment
                 if value is not None and name not in read and \
                         not _make_argument(line, match.start()):
                     start = match.start()
@@ -173,6 +181,13 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
     for pair in _table_pairs(lines, read, skip):
         pairs.setdefault((pair.name, pair.value), pair)
     return tuple(sorted(pairs.values(), key=lambda p: p.line))
+
+
+def _exports(flags: str | None) -> bool:
+    """Whether a ``set`` command's options (None: not ``set``) export: fish's ``-x``/``--export``."""
+    words = (flags or "").split()
+    return flags is None or "--export" in words or any(
+        w[1] != "-" and "x" in w for w in words)
 
 
 def _raw(text: str) -> str:

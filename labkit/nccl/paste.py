@@ -9,7 +9,8 @@ Shapes: ``export A=1 B=2; export C=3``, ``declare -x``, ``K=V`` (``.env``, ``pri
 ``A=1 cmd``, ``env``/``sudo A=1 cmd``, ``unset``, ``mpirun -x A=1 -x B``, ``-genv``,
 ``docker run -e``/``--env``, ``kubectl --env``, ``apptainer --env``, ``srun``/``sbatch
 --export=`` (also as ``#SBATCH``), ``bash -c '...'``, Dockerfile ``ENV``, ``%env``, csh
-``setenv``, systemd ``Environment=``, YAML ``env:``/``environment:`` (``labkit.nccl.yamlenv``),
+``setenv``, other shells' and tools' set commands (fish ``set -gx``, cmd.exe ``set``, ``setx``,
+``systemctl set-environment``, ``env -S`` ...: ``labkit.nccl.dialects``), systemd ``Environment=``, YAML ``env:``/``environment:`` (``labkit.nccl.yamlenv``),
 ``os.environ[...] = ...``, JSON ``"NCCL_X": "1"`` pairs, Python dict / JSON object literals
 (``labkit.nccl.pydict``), typed fields of a class whose fields are all variable names
 (``NCCL_DEBUG: str = "INFO"``: ``labkit.nccl.pyfields``; such a line is never read as YAML),
@@ -42,7 +43,7 @@ import re
 from bisect import bisect_right
 from dataclasses import replace
 
-from labkit.nccl import mdtable, nccllog, powershell, pydict, pyfields
+from labkit.nccl import dialects, mdtable, nccllog, powershell, pydict, pyfields
 from labkit.nccl.baked import baked_defaults
 from labkit.nccl.commands import ASSIGNMENT, BASH_TILDE, SHELL_TILDE, Found, read_commands
 from labkit.nccl.commands import WATCHED as _WATCHED
@@ -81,11 +82,13 @@ _SYSTEMD_KEY = re.compile(r"[A-Z][A-Za-z]*=")
 _MENTION = re.compile(rf"(?<![\w${{%])(?:{_WATCHED})(?!\w)"
                       r"|(?:^|(?<=[\s;&|(]))[\"']?([A-Z_][A-Z0-9_]*)(?==)")
 _READ_IN_CODE = re.compile(r"""(?:environ\.get|getenv|environ)\s*[\[(]\s*["'][\w]+["']"""
-                           r"""|["']\w+["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b""")
+                           r"""|["']\w+["']\s+(?:not\s+)?in\s+(?:os\.)?environ\b"""
+                           r"""|\bset\s+(?:-[a-zA-Z]*q[a-zA-Z]*|--query)\s+\w+""")  # fish: asks
 _YAML_TOP = re.compile(rf"\s*([\"']?)({_WATCHED})\1\s*:\s+(.*)")
 _SIMPLE = re.compile(r"(export\s+)?([A-Za-z_][A-Za-z0-9_]*)=([^\s'\"\\$`;&|()<>]*)")
 _NAMING = re.compile(r"(?<![\w-])(?:export|unset|declare|typeset|readonly|local|ENV|setenv|%env"
-                     r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist)(?!\S)")  # no "=" needed
+                     r"|-x|-e|-u|--env|--export|-genv|-env|-genvlist|set(?=[ \t]+(?:--?[A-Za-z]|env"
+                     r"[ \t]))|setx|set-env|unsetenv|unset-env|unset-environment)(?!\S)")  # fish
 _STRING_LINE = re.compile(r"""\s*[fbrFBR]?(["'])((?:(?!\1).)*)\1\s*[,+)]?\s*""")  # "A=1 "
 # "I worked ...", "2. If I set ...", "set X=0 and it works", a reply to "@user ...": a sentence,
 # not a command line
@@ -144,6 +147,7 @@ class _Reader(Inner):
         self.bash = not first.startswith("#!") or "bash" in first
         self.logs: dict[tuple[int, int], str | None] = {}  # (line, indent) -> its run's log key
         self.fields = pyfields.Fields(self.lines)  # Python annotated assignments (class fields)
+        self.shell = dialects.dialect(text)  # which shell's "set NAME=value" this is, if told
 
     def run(self) -> None:
         block: EnvBlock | None = None
@@ -202,6 +206,8 @@ class _Reader(Inner):
         if stripped.startswith("#"):
             if stripped.startswith("#SBATCH"):  # sbatch reads these options, not a shell
                 self._shell_text(number, stripped, "sbatch " + stripped[7:], shell=False)
+            elif number == 1 and stripped.startswith("#!") and " -S" in stripped:
+                self._shell_text(number, stripped, stripped[2:], shell=False)  # env -S A=1 cmd
             return i + 1
         if stripped.startswith("Environment="):
             self._shell_text(number, stripped, stripped[12:], "systemd Environment=")
@@ -265,6 +271,11 @@ class _Reader(Inner):
     def _own_shape(self, number: int, line: str) -> bool:
         """Whether ``line`` is PowerShell that sets variables (``labkit.nccl.powershell``) or an
         NCCL log line that echoes one (``labkit.nccl.nccllog``)."""
+        other = dialects.read_line(line, self.shell)  # cmd.exe/csh set, nushell $env.NAME
+        if other is not None:
+            self._add(number, line, [Found(n, v, shape) for n, v, shape in other[0]])
+            self.notes += [(number, other[1])] if other[1] else []
+            return True
         read = powershell.read_line(line)
         if read is not None:
             self._add(number, line, read[0])
@@ -363,7 +374,7 @@ class _Reader(Inner):
         """Report the line as unparsed when it mentions a setting that nothing read (a mention
         inside a value that was read, as in ``A="$(grep NCCL_X f)"``, does not count)."""
         read = {f.name for f in found}
-        if "env" in span:
+        if "env" in span or "set" in span:
             span = _READ_IN_CODE.sub("", span)
         missing = {m.group(1) or m.group() for m in _MENTION.finditer(span)} - read
         prose = [Found(m.group(1), m.group(2), "in prose") for m in _PROSE_PAIR.finditer(span)

@@ -3,7 +3,8 @@
 ``registry_nccl`` / ``registry_nccl_debug`` hold NCCL's documented variables (its env page),
 ``registry_torch`` PyTorch's, gloo's and torchrun's, ``registry_plugins`` the network plugins'.
 ``registry_nccl_source`` says which NCCL releases read which names; every NCCL name it lists is
-known here (documented or not), with ``introduced`` / ``removed`` from it.
+known here (documented or not), with ``introduced`` / ``removed`` from it; ``registry_domains``
+gives the undocumented ones whose values are names or a few integers their kinds and choices.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from labkit.nccl import registry_nccl_source as nccl_source
+from labkit.nccl.registry_domains import SOURCE_VARIABLES
 from labkit.nccl.registry_nccl import SYSTEM
 from labkit.nccl.registry_nccl_debug import DEBUGGING
 from labkit.nccl.registry_plugins import LIBRARY_PREFIXES, PLUGIN_VARIABLES, PLUGINS
@@ -82,6 +84,9 @@ def _build() -> dict[str, Variable]:
         found.setdefault(var.name, var)
     for name in nccl_source.READS:
         found.setdefault(name, _from_source(name))
+    for name, (kind, values, choices, meaning, where) in SOURCE_VARIABLES.items():
+        found[name] = dataclasses.replace(found[name], kind=kind, values=values,
+                                          choices=choices, meaning=meaning, source=where)
     return found
 
 

@@ -28,6 +28,7 @@ _COMMAND = re.compile(r"\$\((?!\()(?![A-Z_][A-Z0-9_]*\))")
 # bash's tilde-prefix: "~" and the characters up to the first unquoted "/" (or ":" in an
 # assignment), none of them quoted: "~", "~user", "~+", "~-" (bash manual, Tilde Expansion).
 _TILDE_PREFIX = re.compile(r"~[A-Za-z0-9._+-]*(?=[/:]|$)")
+_LINK_TARGET = re.compile(r"\((?:[a-z][a-z0-9+.-]*:|www\.|#)[^\s()]*\)")  # (http://x), (#anchor)
 _ANSI_C = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "e": "\x1b", "a": "\a"}
 
 
@@ -109,7 +110,8 @@ def split_words(text: str, start: int, end: int,
             redirect = "&>>" if text.startswith("&>>", i) else "&>"
             i += len(redirect)
             continue
-        if char in ";&|()" and not (char == "(" and _opens_array(text, word_start, i)):
+        if char in ";&|()" and not (char == "(" and (_opens_array(text, word_start, i)
+                                                      or _markdown_link(text, word_start, i))):
             finish(i)
             match = _OPERATOR.match(text, i)
             assert match is not None
@@ -184,6 +186,14 @@ def _unterminated(open_at: list[int] | None, word_start: int) -> None:
 def _opens_array(text: str, word_start: int, at: int) -> bool:
     """Whether the ``(`` at ``at`` opens an array value (``A=(1 2)``) rather than a subshell."""
     return word_start >= 0 and RAW_ASSIGNMENT.fullmatch(text[word_start:at]) is not None
+
+
+def _markdown_link(text: str, word_start: int, at: int) -> bool:
+    """Whether the ``(`` at ``at`` closes a Markdown link pasted into the word: a renderer turned
+    a file name into ``[libx.so](http://libx.so)``; the word is read on to the link's end, as
+    the author's text shows it (bash itself stops at the ``(`` with a syntax error)."""
+    return word_start >= 0 and text[at - 1:at] == "]" and "[" in text[word_start:at] and \
+        _LINK_TARGET.match(text, at) is not None
 
 
 def _quoted_or_expansion(text: str, i: int, end: int, value: list[str]) -> int | None:
