@@ -36,6 +36,30 @@ def test_each_loose_form_yields_its_pair(text, name, value, form):
     assert [(p.value, p.shape) for p in found] == [(value, FORMS[form])], found
 
 
+@pytest.mark.parametrize("text,value", [
+    ('Setting `os.environ["NCCL_BLOCKING_WAIT"] = "1"` to enable the timeout logic', "1"),
+    ("`os.environ['NCCL_BLOCKING_WAIT']='1'`", "1"),  # a line that is one code span
+    ('- `env["NCCL_BLOCKING_WAIT"] = "1"`.', "1"),
+    ('Try ``os.environ["NCCL_BLOCKING_WAIT"] = "1"``, then rerun', "1"),
+    ("Setting `os.environ['NCCL_BLOCKING_WAIT'] = 1` works", "1"),  # a number
+])
+def test_a_python_assignment_in_a_code_span_is_read_loosely(text, value):
+    parsed, findings = checked(text)
+    assert parsed.env == {} and parsed.named == ["NCCL_BLOCKING_WAIT"]  # no value structurally
+    assert [(p.name, p.value, p.shape) for p in parsed.loose] == [
+        ("NCCL_BLOCKING_WAIT", value, FORMS["subscript"])]
+    assert [(f.severity, f.variable) for f in findings] == [("warning", "NCCL_BLOCKING_WAIT")]
+    assert "read loosely" in findings[0].message and "TORCH_NCCL_BLOCKING_WAIT" in \
+        findings[0].message
+
+
+def test_a_wrong_value_in_a_code_span_is_a_warning_not_an_error():
+    parsed, findings = checked('We set `os.environ["NCCL_DEBUG"] = "WARNING"` for the run.')
+    debug = [f for f in findings if f.variable == "NCCL_DEBUG"]
+    assert [f.severity for f in debug] == ["warning"]
+    assert "as a setting it is an error" in debug[0].message
+
+
 def test_table_rows_take_the_value_column_their_header_names():
     text = ("| Variable | Description | Default |\n|---|---|---|\n"
             "| NCCL_PROTO | protocols to use | `LL,LL128,Simple` |\n| NCCL_ALGO | Tree or Ring | |")
@@ -58,6 +82,8 @@ def test_table_rows_take_the_value_column_their_header_names():
     "it prints NCCL_IB_TIMEOUT=%d there",  # a format
     "NCCL_DEBUG=... and NCCL_IB_HCA=<your-hca>",  # placeholders
     'os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)',  # an expression
+    'set `os.environ["NCCL_DEBUG_FILE"] = "/tmp/nccl." + str(rank)` per rank',  # an expression
+    "then `os.environ['NCCL_IB_HCA'] = 'mlx5_%d' % i` on each",
     "make MPI=1 NCCL_HOME=/usr/local/nccl",  # make's own variable
     "```diff\n-NCCL_DEBUG=ERROR is what we had\n+we use the default now\n```",  # removed line
 ])

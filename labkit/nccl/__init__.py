@@ -12,7 +12,8 @@ NCCL release checked against), ``context`` (the host, if known, and the network 
 ``syntax`` (value grammars, mirroring NCCL/PyTorch source), ``values`` / ``torch_values`` /
 ``hostfacts`` / ``plugin_checks`` / ``domains`` (what NCCL does with a value outside its domain)
 / ``netnames`` (``NCCL_NET`` against the names networks register) / ``pasted`` (a link, URL,
-HTML or typographic text pasted into a file or library name) (one value),
+HTML or typographic text pasted into a file or library name) / ``debugfile`` (the
+``%`` conversions NCCL_DEBUG_FILE expands) (one value),
 ``rules`` / ``rules_torch`` (combinations, as data with sources), ``check`` (``check_env``),
 ``paste`` (``parse_env``: every shape people paste env in, with ``shellwords``, ``commands``,
 ``dialects`` (the set commands of fish, csh, cmd.exe, setx, launchctl, systemctl ...),

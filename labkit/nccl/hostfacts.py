@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from labkit.nccl.context import Context
+from labkit.nccl.debugfile import debug_file_name
 from labkit.nccl.findings import Edit, Finding, error, info, warning
 from labkit.nccl.shellwords import computed
 from labkit.nccl.syntax import NameList, parse_name_list
@@ -271,7 +272,8 @@ def topo_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
 
 
 def output_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
-    """Files NCCL/PyTorch write: '~', a missing directory (known host), one file per process."""
+    """Files NCCL/PyTorch write: '~', a missing directory (known host), one file per process
+    (NCCL_DEBUG_FILE's conversions: ``labkit.nccl.debugfile``)."""
     found = path_syntax(var, value, ctx)
     parent = Path(_local_path(var, value, ctx)).parent
     literal_tilde = any(f.severity == "error" for f in found)
@@ -279,9 +281,8 @@ def output_file(var: Variable, value: str, ctx: Context) -> list[Finding]:
             and not computed(value) and not parent.is_dir():
         found.append(warning(var.name, f"directory {parent} does not exist here: the file cannot "
                              "be created", f"mkdir -p {parent}", source=var.link))
-    if var.name == "NCCL_DEBUG_FILE" and "%p" not in value and not value.startswith("/dev/"):
-        found.append(info(var.name, "one file for every process: NCCL's docs warn output may be "
-                          "lost or corrupted", f"{value}.%h.%p", source=var.doc))
+    if var.name == "NCCL_DEBUG_FILE" and not value.startswith("/dev/"):
+        found += debug_file_name(var, value)  # %h, %p, %% and nothing else (labkit.nccl.debugfile)
     return found
 
 

@@ -9,7 +9,10 @@ value in one of these forms (``FORMS`` names them):
 
 - ``NAME=VALUE`` anywhere in a line, the value bare, quoted or in backticks; ``NAME = 'VALUE'``
   with blanks around ``=`` only with a quoted value or a number (``NAME = other_name`` is code);
-- a subscript assignment in text: ``os.environ['NAME']='VALUE'``, ``env["NAME"] = "VALUE"``;
+- a subscript assignment in text: ``os.environ['NAME']='VALUE'``, ``env["NAME"] = "VALUE"``,
+  also in an inline code span (`` `os.environ["NAME"] = "1"` `` mid-sentence or as a line of its
+  own: the structured parse names the variable there but takes no value); a literal followed by
+  ``+`` or ``%`` (``"/tmp/x." + str(rank)``) is an expression, no value;
 - ``NAME: VALUE`` where the value ends the line (or a list: ``, ; # |`` follows it);
 - a table row (``labkit.nccl.mdtable``, or a ``| ... |`` row pasted without its table) whose
   cell holds the name and whose value column (a header naming Value, Default, Setting, Example
@@ -61,7 +64,9 @@ FORMS = {"assign": "NAME=VALUE in a line", "subscript": "os.environ['NAME']=VALU
          "annotated": "NAME: type = VALUE (a Python typed variable)"}
 _END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{WATCHED})=)"""
 _NAMED = rf"""[`'"*]{{0,3}}(?P<name>{WATCHED})[`'"*]{{0,3}}"""
-_QUOTE_END = r"(?=[\s,;)\]|<#*]|[.:!?](?:\s|$)|$)"  # not '",".join(...)': an expression
+# After a value's closing quote: a break, also after a code span's closing backquote
+# (`os.environ["NCCL_X"] = "1"` mid-sentence); not '",".join(...)': an expression.
+_QUOTE_END = r"(?=`*(?:[\s,;)\]|<#*]|[.:!?](?:\s|$)|$))"
 
 
 def _quoted(tag: str) -> str:
@@ -77,7 +82,8 @@ def _bare(tag: str, end: str = _END, also: str = "") -> str:
 
 PATTERNS = {
     "subscript": re.compile(rf"""\[\s*(["'])(?P<name>{WATCHED})\1\s*\]\s*=(?!=)\s*"""
-                            rf"""(?:{_quoted("a")}|(?P<num>-?\d+(?:\.\d+)?)(?=[\s,;)#]|$))"""),
+                            rf"""(?:{_quoted("a")}|(?P<num>-?\d+(?:\.\d+)?)(?=`*(?:[\s,;)#]|$)))"""
+                            r"""(?!`*\s*[+%]\s*[\w"'(])"""),  # "1" + rank: an expression
     "assign": re.compile(rf"""(?<![\w$%{{}}.\-/\\])[`'"]?(?P<name>{WATCHED})"""
                          rf"""(?:=(?!=)(?:{_quoted("a")}|{_bare("a")})|\s+=(?!=)\s*"""
                          rf"""(?:{_quoted("b")}|(?P<num>-?\d+(?:\.\d+)?)(?=[.,;:!?)]*(?:\s|$))))"""),
