@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cluster import slurm, slurm_script, ssh_commands
+from labkit.cluster import remote, slurm, slurm_script, ssh_commands
 from labkit.cluster.hosts import SshSettings, parse_hosts
 from labkit.cluster.remote import cleanup_script
 from labkit.cluster.ssh import explain_failure
@@ -340,12 +340,12 @@ def test_ssh_commands_give_each_host_its_role_and_the_labs_interpreter():
     assert first[:4] == ["cd", "/srv/lab", "&&", "exec"]
     python = first.index("/srv/lab/.venv/bin/python")  # the lab's venv, not PATH's torchrun
     assert first[python + 1:python + 3] == ["-m", "torch.distributed.run"]
-    for remote, name, is_host in ((first, "h1", "true"), (second, "h2", "false")):
-        assert "--rdzv-endpoint=h1:40123" in remote  # the user is not part of the address
-        assert f"--local-addr={name}" in remote and f"--rdzv-conf=is_host={is_host}" in remote
-        assert "--nnodes=2" in remote and "--nproc-per-node=4" in remote
-        assert not any(arg.startswith("--node-rank") for arg in remote)  # c10d assigns them
-        assert remote[-3:] == ["train.py", "--x", "a b"]
+    for argv, name, is_host in ((first, "h1", "true"), (second, "h2", "false")):
+        assert "--rdzv-endpoint=h1:40123" in argv  # the user is not part of the address
+        assert f"--local-addr={name}" in argv and f"--rdzv-conf=is_host={is_host}" in argv
+        assert "--nnodes=2" in argv and "--nproc-per-node=4" in argv
+        assert not any(arg.startswith("--node-rank") for arg in argv)  # c10d assigns them
+        assert argv[-3:] == ["train.py", "--x", "a b"]
     run_ids = {a for a in first + second if a.startswith("--rdzv-id=")}
     assert len(run_ids) == 1 and run_ids != {"--rdzv-id="}
     with pytest.raises(LaunchError):
@@ -406,6 +406,27 @@ def test_ssh_remote_command_survives_a_real_shell(tmp_path):
                        "train.py", *args]
 
 
+def test_remote_command_runs_in_a_scratch_folder_the_cleanup_removes(tmp_path):
+    """With a launch mark, the remote command makes a TMPDIR of the launch's own under the
+    host's ``$TMPDIR`` (torchrun's log folders go there); the cleanup removes it, and only it."""
+    printer = _stub(tmp_path / "bin", "python", '[ -d "$TMPDIR" ] && echo "TMPDIR=$TMPDIR"\n')
+    host_tmp = tmp_path / "host tmp"
+    host_tmp.mkdir()
+    mark = uuid.uuid4().hex
+    other = host_tmp / f"{remote.SCRATCH_PREFIX}another-launch"
+    other.mkdir()
+    (command,) = ssh_commands(["h1"], 1, "train.py", mark=mark, python=str(printer),
+                              rdzv_port=40000)
+    env = {**os.environ, "TMPDIR": str(host_tmp)}
+    out = subprocess.run(["sh", "-c", command[-1]], capture_output=True, text=True, env=env,
+                         check=True).stdout.splitlines()
+    scratch = host_tmp / f"{remote.SCRATCH_PREFIX}{mark}"
+    assert out == [f"TMPDIR={scratch}"] and scratch.is_dir()
+    (scratch / "torchelastic_x").mkdir()
+    subprocess.run(["sh", "-c", cleanup_script(mark)], env=env, check=True, capture_output=True)
+    assert list(host_tmp.iterdir()) == [other]
+
+
 def test_remote_cleanup_ends_only_the_marked_processes(tmp_path):
     """The cleanup script, run here by sh as it runs on a host: it ends the processes that carry
     the launch's mark, leaves the others, and counts both."""
@@ -432,7 +453,8 @@ def test_slurm_script_is_valid_bash_and_runs_torchrun_per_node(tmp_path):
     # arguments instead of starting it.
     bin_dir = tmp_path / "bin"
     probe = f'[ "$1" = -c ] && exec {shlex.quote(sys.executable)} "$@"\n'
-    python = _stub(bin_dir, "python", probe + 'printf "%s\\n" "node=$SLURMD_NODENAME" "$@"\n')
+    python = _stub(bin_dir, "python", probe + '[ -d "$TMPDIR" ] && tmp=$TMPDIR\n'
+                   'printf "%s\\n" "node=$SLURMD_NODENAME" "tmp=$tmp" "$@"\n')
     text = slurm_script(3, 2, "train.py", ["--name", "a b"], partition="gpu", gpus_per_node=2,
                         env={"MSG": "hello world", "QUOTE": "it's"}, job_name="lab",
                         account="proj", output="logs/%j.out", timeout_s=61, python=str(python),
@@ -465,7 +487,7 @@ def test_slurm_script_is_valid_bash_and_runs_torchrun_per_node(tmp_path):
           'SLURMD_NODENAME=node-a "$@" && SLURMD_NODENAME=node-b "$@"\n')
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "SLURMD_NODENAME": "node-a", "SLURM_NNODES": "3", "SLURM_JOB_ID": "4242",
-           "SLURM_CPUS_PER_TASK": "2"}
+           "SLURM_CPUS_PER_TASK": "2", "TMPDIR": str(tmp_path / "node tmp")}
     proc = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True,
                           check=True)
     out = proc.stdout.splitlines()
@@ -478,11 +500,15 @@ def test_slurm_script_is_valid_bash_and_runs_torchrun_per_node(tmp_path):
               str(tmp_path / "lab dir" / "train.py"), "--name", "a b"]
     assert out[:4] == ["srun --kill-on-bad-exit=1 --ntasks-per-node=1",
                        "SRUN_CPUS_PER_TASK=2", "MSG=hello world", "QUOTE=it's"]
-    node_a = ["node=node-a", "-m", "torch.distributed.run", "--local-addr=node-a",
-              "--rdzv-conf=is_host=1", *common]
-    node_b = ["node=node-b", "-m", "torch.distributed.run", "--local-addr=node-b",
-              "--rdzv-conf=is_host=0", *common]
+    # each node's agent runs with a TMPDIR of the job's own (torchrun's log folders go
+    # there), which exists while it runs and is gone when it exits
+    scratch = tmp_path / "node tmp"
+    node_a = ["node=node-a", f"tmp={scratch}/labkit-4242-node-a", "-m", "torch.distributed.run",
+              "--local-addr=node-a", "--rdzv-conf=is_host=1", *common]
+    node_b = ["node=node-b", f"tmp={scratch}/labkit-4242-node-b", "-m", "torch.distributed.run",
+              "--local-addr=node-b", "--rdzv-conf=is_host=0", *common]
     assert out[4:] == node_a + node_b
+    assert list(scratch.iterdir()) == []
 
     # A fixed port is written as given; no --time line without a timeout.
     fixed = slurm_script(1, 1, "/srv/train.py", rdzv_port=29500, python="/opt/py/bin/python")

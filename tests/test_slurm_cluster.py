@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -249,6 +250,7 @@ class SlurmLab:
         while (left := self.leftovers()) and time.monotonic() < deadline:
             time.sleep(0.3)
         assert left == {}, f"left behind after the job: {left}"
+        assert job_scratch() == [], "a job's TMPDIR (torchrun's log folders) was left"
 
     def cancel_all(self) -> None:
         self.slurm(["scancel", "--user=root"])
@@ -270,6 +272,13 @@ class SlurmLab:
         finally:
             for log in self._logs:
                 log.close()
+
+
+def job_scratch() -> list[Path]:
+    """Each node's ``TMPDIR`` of a job (``labkit-<job id>-<node>``), where torchrun writes its
+    log folders; the job's own EXIT trap removes it. The nodes share this machine's folders."""
+    roots = {Path(tempfile.gettempdir()), Path("/tmp")}
+    return sorted(p for root in roots for host in HOSTS for p in root.glob(f"labkit-*-{host}"))
 
 
 def _hardware() -> str:
@@ -475,6 +484,9 @@ def test_scancel_leaves_nothing_behind(slurm, folders):
         assert time.monotonic() < deadline, output.read_text()[-3000:]
         assert slurm.job(job_id)["JobState"] not in DONE, output.read_text()[-3000:]
         time.sleep(0.5)
+    running = job_scratch()  # each node's agent writes its log folders in the job's TMPDIR
+    assert {p.name for p in running} == {f"labkit-{job_id}-{host}" for host in HOSTS}, running
+    assert all(any(p.glob("torchelastic_*")) for p in running), running
     slurm.slurm(["scancel", job_id])
     assert slurm.wait_done(job_id)["JobState"] == "CANCELLED"
     slurm.assert_nothing_left()

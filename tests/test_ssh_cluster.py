@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from cluster_lab import ClusterLab, missing_programs
 
+from labkit.cluster import remote
 from labkit.runtime import netlab
 
 OK, WHY = netlab.available()
@@ -130,9 +131,20 @@ class Reader:
         return code, self.lines, self.proc.stderr.read()
 
 
-def no_leftovers(lab: ClusterLab) -> dict[str, list[int]]:
-    """What still runs on the hosts; the launch must have ended it all when it exits."""
-    return {host: pids for host, pids in lab.leftovers(["h1", "h2"]).items() if pids}
+def no_leftovers(lab: ClusterLab) -> dict[str, list]:
+    """What still runs on the hosts, and any launch's scratch folder (its TMPDIR, where
+    torchrun writes log folders) left in the hosts' /tmp; the launch must have ended and
+    removed it all when it exits."""
+    left: dict[str, list] = {host: pids for host, pids in lab.leftovers(["h1", "h2"]).items()
+                             if pids}
+    if scratch := scratch_folders():
+        left["/tmp"] = scratch
+    return left
+
+
+def scratch_folders() -> list[Path]:
+    """Launches' TMPDIRs on the hosts (the hosts share this machine's /tmp)."""
+    return sorted(Path("/tmp").glob(f"{remote.SCRATCH_PREFIX}*"))
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +201,8 @@ def test_ctrl_c_and_sigterm_end_every_remote_process(lab, job, job_seconds, sig,
     reader = Reader(launch(lab, "h1,h2", str(job), "sleep"))
     reader.wait_for("ready rank=", 4, wait_s=max(120, 10 * job_seconds))
     assert all(no_leftovers(lab).get(host) for host in ("h1", "h2"))  # ranks run on both
+    scratch = scratch_folders()  # one for the launch: both agents' torchrun log folders
+    assert len(scratch) == 1 and len(list(scratch[0].glob("torchelastic_*"))) == 2, scratch
     reader.proc.send_signal(sig)
     exit_code, lines, err = reader.finish(wait_s=120)
     assert exit_code == code, err

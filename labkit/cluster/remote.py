@@ -3,8 +3,10 @@
 Every remote process of a launch (torchrun's agent and its ranks) inherits an environment
 variable with the launch's mark, so after any exit (a finished job, a failed host, a timeout,
 Ctrl-C, SIGTERM) one short ssh per host ends what still carries the mark (SIGTERM, then SIGKILL
-after a grace) and counts what is left: the launcher says processes ended only after this
-check. The script is plain ``sh`` reading ``/proc``: it needs nothing of the lab on the host.
+after a grace), counts what is left, and removes the launch's scratch folder (its ``TMPDIR``,
+where torchrun writes a log folder per agent that it never removes): the launcher says
+processes ended only after this check. The script is plain ``sh`` reading ``/proc``: it needs
+nothing of the lab on the host.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from labkit.runtime.proctree import MARK_ENV
 
 GRACE_TENTHS = 50  # how long (tenths of a second) processes get between SIGTERM and SIGKILL
 CLEANUP_TIMEOUT_S = 60.0  # one host's whole cleanup: connect, end, count
+SCRATCH_PREFIX = "labkit-run-"  # a launch's TMPDIR on each host: ${TMPDIR:-/tmp}/labkit-run-<mark>
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,14 @@ class RemoteCleanup:
     error: str = ""
 
 
+def scratch_folder(mark: str) -> str:
+    """The launch's ``TMPDIR`` on a host, as sh words: under the login's own ``$TMPDIR``."""
+    return f'"${{TMPDIR:-/tmp}}/{SCRATCH_PREFIX}{mark}"'
+
+
 def cleanup_script(mark: str, grace_tenths: int = GRACE_TENTHS) -> str:
-    """sh that ends every process whose environment holds the mark; prints ``found=N left=M``."""
+    """sh that ends every process whose environment holds the mark and removes the launch's
+    scratch folder; prints ``found=N left=M``."""
     needle = shlex.quote(f"{MARK_ENV}={mark}")
     return (
         "marked() { for d in /proc/[0-9]*; do "
@@ -42,6 +51,7 @@ def cleanup_script(mark: str, grace_tenths: int = GRACE_TENTHS) -> str:
         'if [ -n "$pids" ]; then kill -TERM $pids 2>/dev/null; i=0; '
         f'while [ $i -lt {grace_tenths} ] && [ -n "$(marked)" ]; do sleep 0.1; i=$((i+1)); '
         'done; left=$(marked); [ -n "$left" ] && kill -KILL $left 2>/dev/null; sleep 0.2; fi; '
+        f'rm -rf {scratch_folder(mark)}; '
         'echo "found=$found left=$(marked | wc -w)"'
     )
 

@@ -11,6 +11,8 @@ What each line is for (docs/cluster.md, "Slurm", has the why with Slurm's docume
 - ``#SBATCH --cpus-per-task`` (default: one CPU per rank) and ``SRUN_CPUS_PER_TASK``: since
   Slurm 22.05 ``srun`` does not inherit ``--cpus-per-task`` from ``sbatch``, and with CPU
   binding on, a node's agent and all its ranks would share one CPU;
+- a ``TMPDIR`` of the job's own on each node, removed when the agent exits: torchrun writes a
+  log folder per agent there and never removes it;
 - ``srun --kill-on-bad-exit=1``: one node's agent failing ends the whole job instead of leaving
   the other nodes waiting in a collective until the time limit;
 - ``#SBATCH --time`` from ``--timeout`` (whole minutes, rounded up), else the partition's
@@ -40,8 +42,13 @@ JOB_NAME = "labkit"
 _FREE_PORT = f"{REMOTE_FREE_PORT}; print(port)"
 # On every node: one torchrun agent. $0 is the interpreter, "$@" the torchrun options and the
 # training script; the rendezvous node hosts the store (is_host=1), the others connect to it.
+# The agent's TMPDIR is a folder of the job's own on the node, removed when the agent exits or
+# the step is signalled (torchrun writes a log folder per agent there and never removes it).
 _PER_NODE = ('if [ "$SLURMD_NODENAME" = "$LABKIT_RDZV_HOST" ]; then is_host=1; '
-             'else is_host=0; fi; exec "$0" -m torch.distributed.run '
+             'else is_host=0; fi; '
+             'export TMPDIR="${TMPDIR:-/tmp}/labkit-$SLURM_JOB_ID-$SLURMD_NODENAME"; '
+             'mkdir -p "$TMPDIR"; trap \'rm -rf "$TMPDIR"\' EXIT; '
+             '"$0" -m torch.distributed.run '
              '--local-addr="$SLURMD_NODENAME" --rdzv-conf=is_host=$is_host "$@"')
 _WORD = re.compile(r"[^\s'\"\\]+")  # a partition, account or job name: one plain word
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

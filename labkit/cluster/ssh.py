@@ -65,7 +65,8 @@ def host_command(
     workdir: str | None = None, max_restarts: int = 0, env: dict[str, str] | None = None,
     worker: bool = False,
 ) -> str:
-    """The shell command host ``node`` runs: cd, then its torchrun agent with the launch mark.
+    """The shell command host ``node`` runs: cd, a ``TMPDIR`` of the launch's own (removed by
+    the cleanup after the job), then its torchrun agent with the launch mark.
     With ``worker`` each rank runs under labkit's worker (``[nodeN rankR]`` on whole lines:
     torchrun's ranks write unbuffered, so lines of two ranks would interleave)."""
     extra = [f"--local-addr={hosts[node].name}",
@@ -81,6 +82,9 @@ def host_command(
         *(WORKER if worker else ()), script, *args,
     ]
     command = "exec " + shlex.join(argv)
+    if mark:  # torchrun's log folders (and the ranks' temp files) go where the cleanup removes
+        scratch = remote.scratch_folder(mark)
+        command = f'export TMPDIR={scratch} && mkdir -p "$TMPDIR" && {command}'
     return f"cd {shlex.quote(workdir)} && {command}" if workdir else command
 
 
