@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +54,17 @@ def leftover_processes() -> Callable[..., list[str]]:
     if not Path("/proc/self/environ").exists():
         pytest.skip("needs /proc to find processes by their environment")
     return find_leftover_processes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_servers_end_with_their_module() -> Iterator[None]:
+    """labkit's shared Redis and NATS (``labkit.services.shared``) live as long as the process
+    that started them, as a notebook's kernel wants; in the suite one module's must not outlive
+    it, or the next module on this worker finds an unexpected child process."""
+    yield
+    from labkit.services import shared
+
+    shared.stop_all()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
