@@ -11,7 +11,8 @@ from labkit.course.runner import find_notebooks, run_course
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 # Notebooks whose smoke run is the shared run of a test module, which executes them the same way
 # and asserts on what they produced: one run each in the suite.
-RUN_BY_THEIR_MODULE = {"12_orchestration": "tests/test_elastic.py",
+RUN_BY_THEIR_MODULE = {"10_checkpoint_and_recovery": "tests/test_train_recovery.py",
+                       "12_orchestration": "tests/test_elastic.py",
                        "15_capstone": "tests/test_capstone.py"}
 
 
