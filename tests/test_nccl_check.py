@@ -247,6 +247,46 @@ def test_unknown_variables_are_never_errors_and_typo_hints_are_for_typos_only():
     assert check_env(other_tools) == []
 
 
+@pytest.mark.parametrize("name,meant", [
+    ("NCL_DEBUG", "NCCL_DEBUG"),  # a C lost: shorter than the one-edit search looks at
+    ("NCLL_ALGO", "NCCL_ALGO"), ("NNCL_PROTO", "NCCL_PROTO"), ("NCCCL_DEBUG", "NCCL_DEBUG"),
+    ("nccl_socket_ifname", "NCCL_SOCKET_IFNAME"),  # getenv: another name in lower case
+    ("Ncl_Debug", "NCCL_DEBUG"), ("NCL_IBEXT_DISABLE", "NCCL_IBEXT_DISABLE"),  # a plugin's
+])
+def test_a_mangled_nccl_prefix_is_a_typo_warning_with_its_source(name, meant):
+    (found,) = check_env({name: "1"})
+    assert found.severity == "warning" and found.variable == name
+    assert f"did you mean {meant}?" in found.fix and found.source == REGISTRY[meant].link
+    assert found.edit is not None and found.edit.value == meant
+    assert is_relevant(name)  # a live environment's mangled name is looked at too
+
+
+def test_a_mangled_prefix_is_dead_even_where_the_meant_variable_is_set():
+    findings = check_env({"CCL_NET_GDR_LEVEL": "PHB", "NCCL_NET_GDR_LEVEL": "PHB"})
+    (lost,) = [f for f in findings if f.variable == "CCL_NET_GDR_LEVEL"]
+    assert lost.severity == "warning" and "did you mean NCCL_NET_GDR_LEVEL?" in lost.fix
+    assert "only that one is applied" in lost.message and lost.edit.action == "drop"
+    assert "did you mean NCCL_DEBUG?" in check_env({"NCCL_debug": "INFO"})[0].fix
+
+
+def test_other_libraries_prefixes_are_not_nccl_typos():
+    oneccl = {"CCL_WORKER_COUNT": "4", "CCL_ATL_TRANSPORT": "ofi", "CCL_LOG_LEVEL": "info"}
+    xccl = {"HCCL_BUFFSIZE": "200", "HCCL_SOCKET_IFNAME": "eth0"}  # Huawei's own (mangled.HCCL_DOC)
+    assert check_env(oneccl) == [] and check_env(xccl) == []
+    assert [f.severity for f in check_env({"RCCL_MSCCL_ENABLE": "1"})] == ["info"]  # RCCL's own
+    assert not any(is_relevant(name) for name in {**oneccl, **xccl})
+
+
+def test_a_oneccl_name_is_never_taken_for_a_lost_n(monkeypatch):
+    from labkit.nccl import mangled
+    from labkit.nccl.registry_oneccl import ONECCL_NAMES
+
+    assert not [n for n in ONECCL_NAMES if "N" + n in REGISTRY]  # registry_oneccl's claim
+    monkeypatch.setitem(REGISTRY, "NCCL_WORKER_COUNT", REGISTRY["NCCL_DEBUG"])  # were it NCCL's
+    assert mangled.intended("CCL_WORKER_COUNT") is None
+    assert mangled.intended("NCL_WORKER_COUNT") == "NCCL_WORKER_COUNT"
+
+
 def test_real_variables_are_known_and_their_prefixes_watched():
     real = {"NCCL_IB_SL": "3", "NCCL_IB_TC": "106", "NCCL_NET_PLUGIN": "aws-ofi",
             "TORCH_NCCL_HIGH_PRIORITY": "1", "TORCH_FR_BUFFER_SIZE": "4000",

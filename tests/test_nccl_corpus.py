@@ -1,7 +1,7 @@
 """labkit nccl check on real configs (tests/data/nccl_configs): the parser reads what each one
 sets, the checker flags what its thread or NCCL's / PyTorch's docs established, never errors on
 what is fine on some host, and the corpus figures meet the checker's bar; the held-out sets
-(nccl_configs_heldout to nccl_configs_heldout12, each scored once, blind, before the checker
+(nccl_configs_heldout to nccl_configs_heldout13, each scored once, blind, before the checker
 saw it) stay there too."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ HELD_OUT = [CORPUS_DIR.parent / name / "manifest.json"
                          "nccl_configs_heldout6", "nccl_configs_heldout7",
                          "nccl_configs_heldout8", "nccl_configs_heldout9",
                          "nccl_configs_heldout10", "nccl_configs_heldout11",
-                         "nccl_configs_heldout12")]
+                         "nccl_configs_heldout12", "nccl_configs_heldout13")]
 
 
 @pytest.mark.parametrize("manifest", HELD_OUT, ids=lambda p: p.parent.name)

@@ -91,6 +91,30 @@ def test_what_sets_nothing_yields_no_pair(text):
     assert not parse_env(text).loose
 
 
+def test_a_mangled_nccl_name_in_a_heading_code_span_is_a_loose_typo_warning():
+    text = ("# ` - -e CCL_NET_GDR_LEVEL=PHB` Typo in nccl module\n\nI noticed the GDR_LEVEL is "
+            "missing an `N`.")
+    parsed, findings = checked(text)
+    assert parsed.env == {} and [(p.name, p.value, p.line) for p in parsed.loose] == [
+        ("CCL_NET_GDR_LEVEL", "PHB", 1)]
+    assert [(f.severity, f.variable) for f in findings] == [("warning", "CCL_NET_GDR_LEVEL")]
+    assert "read loosely from line 1" in findings[0].message
+    assert "did you mean NCCL_NET_GDR_LEVEL?" in findings[0].fix
+    assert pairs("we set NCL_DEBUG to INFO there") == {"NCL_DEBUG": "INFO"}
+
+
+@pytest.mark.parametrize("text", [
+    "# export CCL_NET_GDR_LEVEL=PHB",  # a commented-out setting, mangled name or not
+    "# NCL_DEBUG=INFO", "# -e NNCL_DEBUG=INFO", "# - -e CCL_NET_GDR_LEVEL=PHB",
+    "we run with CCL_WORKER_COUNT=4 and CCL_ATL_TRANSPORT=ofi",  # oneCCL's own
+    "on Ascend HCCL_BUFFSIZE=200 and HCCL_SOCKET_IFNAME=eth0 there",  # Huawei HCCL's own
+    "we called init(nccl_debug=INFO) there",  # lower case in prose: a keyword argument
+    "with NCLX_FOO=1 set",  # a mangled prefix, but no NCCL name's rest
+])
+def test_commented_or_other_libraries_mangled_names_yield_no_pair(text):
+    assert not parse_env(text).loose
+
+
 def test_log_output_runs_are_not_read_loosely():
     log = ("ProcessGroupNCCL initialized with following options:\nNCCL_ASYNC_ERROR_HANDLING: 1\n"
            "NCCL_DESYNC_DEBUG: 0\nTIMEOUT(ms): 1800000\nUSE_HIGH_PRIORITY_STREAM: 0")

@@ -7,7 +7,9 @@
 
 Modules: ``registry`` (the variables, as data: ``registry_nccl`` / ``registry_nccl_debug`` from
 NCCL's env page, ``registry_nccl_source`` which releases read what, ``registry_domains`` the
-value domains of undocumented ones, ``registry_torch``, ``registry_plugins``), ``versions`` (the
+value domains of undocumented ones, ``registry_torch``, ``registry_plugins``, ``registry_oneccl``
+oneCCL's own ``CCL_`` names), ``mangled`` (names whose ``NCCL_`` prefix is misspelt:
+``CCL_NET_GDR_LEVEL``, ``NCL_DEBUG``, ``nccl_debug``), ``versions`` (the
 NCCL release checked against), ``context`` (the host, if known, and the network plugins in use),
 ``syntax`` (value grammars, mirroring NCCL/PyTorch source), ``values`` / ``torch_values`` /
 ``hostfacts`` / ``plugin_checks`` / ``domains`` (what NCCL does with a value outside its domain)

@@ -4,8 +4,9 @@
 environment table ...). People also write settings where no shape is: mid-sentence (``the page
 sets os.environ['NCCL_TIMEOUT']='1800' in seconds``), in a table cell, as ``NAME: VALUE`` on a
 line of its own, or in words (``set NCCL_DEBUG to WARN``). ``loose_pairs`` scans the whole text
-once more, after the structured parse, for a watched name (``commands.WATCHED``) paired with a
-value in one of these forms (``FORMS`` names them):
+once more, after the structured parse, for a watched name (``commands.WATCHED``, or an upper-case
+name whose ``NCCL_`` prefix is mangled, ``CCL_NET_GDR_LEVEL``: ``labkit.nccl.mangled``) paired
+with a value in one of these forms (``FORMS`` names them):
 
 - ``NAME=VALUE`` anywhere in a line, the value bare, quoted or in backticks; ``NAME = 'VALUE'``
   with blanks around ``=`` only with a quoted value or a number (``NAME = other_name`` is code);
@@ -30,7 +31,10 @@ so a loose value for it is looked at. Skipped: log output (``labkit.nccl.logoutp
 value`` runs, NCCL's ``NCCL INFO``/``WARN`` lines, which ``labkit.nccl.nccllog`` reads), code
 that only reads a variable (``os.environ.get("NCCL_X", "1")``, ``getenv``, ``"NCCL_X" in
 os.environ``, ``==``: none of the forms matches them), commented-out settings (``# export
-NCCL_X=1``, ``# NCCL_X: 1``: switched off on purpose), a diff's removed lines, shell expansions
+NCCL_X=1``, ``# NCCL_X: 1``, ``# -x NCCL_X=1``, ``# mpirun ...``: switched off on purpose; a
+``#`` line in none of these shapes is read, so a Markdown heading whose inline code span holds
+the setting, ``# `-e NAME=VALUE` Typo in ...``, is read like prose), a diff's removed lines, shell
+expansions
 (``${NCCL_X:-1}``, ``$NCCL_X``), values that are no values (placeholders such as ``...``,
 ``<iface>``, ``VALUE``, ``%d``; YAML's ``null``; Python names such as ``master_addr`` or a dict
 value ``"NCCL_X": level``; an expression such as ``",".join(...)``) and ``make NAME=VALUE``
@@ -50,20 +54,23 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from labkit.nccl import mdtable, pyfields
+from labkit.nccl import mangled, mdtable, pyfields
 from labkit.nccl.commands import WATCHED
 from labkit.nccl.confidence import at_most_warning, foreign_syntax
 from labkit.nccl.context import Context
 from labkit.nccl.findings import Finding
 from labkit.nccl.logoutput import is_log_line
 
+# A watched name, or a candidate mangle of an NCCL_ name (``_watched`` keeps the real mangles).
+_NAME = rf"(?:{WATCHED}|{mangled.LOOSE})"
+
 FORMS = {"assign": "NAME=VALUE in a line", "subscript": "os.environ['NAME']=VALUE in a line",
          "colon": "NAME: VALUE", "table": "a table row", "set": "'set NAME to VALUE'",
          "command": "a set command (fish set -x, setenv, setx, launchctl setenv: NAME VALUE)",
          "set-to": "'NAME set to VALUE'",
          "annotated": "NAME: type = VALUE (a Python typed variable)"}
-_END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{WATCHED})=)"""
-_NAMED = rf"""[`'"*]{{0,3}}(?P<name>{WATCHED})[`'"*]{{0,3}}"""
+_END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{_NAME})=)"""
+_NAMED = rf"""[`'"*]{{0,3}}(?P<name>{_NAME})[`'"*]{{0,3}}"""
 # After a value's closing quote: a break, also after a code span's closing backquote
 # (`os.environ["NCCL_X"] = "1"` mid-sentence); not '",".join(...)': an expression.
 _QUOTE_END = r"(?=`*(?:[\s,;)\]|<#*]|[.:!?](?:\s|$)|$))"
@@ -81,14 +88,14 @@ def _bare(tag: str, end: str = _END, also: str = "") -> str:
 
 
 PATTERNS = {
-    "subscript": re.compile(rf"""\[\s*(["'])(?P<name>{WATCHED})\1\s*\]\s*=(?!=)\s*"""
+    "subscript": re.compile(rf"""\[\s*(["'])(?P<name>{_NAME})\1\s*\]\s*=(?!=)\s*"""
                             rf"""(?:{_quoted("a")}|(?P<num>-?\d+(?:\.\d+)?)(?=`*(?:[\s,;)#]|$)))"""
                             r"""(?!`*\s*[+%]\s*[\w"'(])"""),  # "1" + rank: an expression
-    "assign": re.compile(rf"""(?<![\w$%{{}}.\-/\\])[`'"]?(?P<name>{WATCHED})"""
+    "assign": re.compile(rf"""(?<![\w$%{{}}.\-/\\])[`'"]?(?P<name>{_NAME})"""
                          rf"""(?:=(?!=)(?:{_quoted("a")}|{_bare("a")})|\s+=(?!=)\s*"""
                          rf"""(?:{_quoted("b")}|(?P<num>-?\d+(?:\.\d+)?)(?=[.,;:!?)]*(?:\s|$))))"""),
     "colon": re.compile(rf"""(?:^|(?<=[\s(,;]))(?:[-*]\s+)?[`*]{{0,2}}(?P<key>["']?)(?P<name>"""
-                        rf"""{WATCHED})(?P=key)[`*]{{0,2}}\s*:\s+(?:{_quoted("a")}|"""
+                        rf"""{_NAME})(?P=key)[`*]{{0,2}}\s*:\s+(?:{_quoted("a")}|"""
                         rf"""{_bare("a", "", "#")})\s*(?=$|[,;#|])"""),
     "set": re.compile(rf"""\b[Ss]et(?:s|ting)?\s+(?:the\s+)?(?:(?:env(?:ironment)?\s+)?"""
                       rf"""variable\s+)?{_NAMED}\s+(?:to|=)\s+(?:{_quoted("a")}|{_bare("a")})"""),
@@ -104,14 +111,15 @@ _PLACEHOLDER = re.compile(r"\.{2,}|…|[xX]+|value|VALUE|val|\*+|<.*>|\$|%[-+ #0
 _NOT_A_VALUE = re.compile(r"null|Null|NULL|~|None|_*[a-z]+(?:_[a-z]+)*_[a-z]+|_[a-z]+")  # a name
 _JSON_BARE = re.compile(r"-?\d+(?:\.\d+)?|true|false")  # what a JSON or dict value is unquoted
 _COMMAND_BREAK = re.compile(r"[;&|(`]")
-_WATCHED_NAME = re.compile(WATCHED)
+_WATCHED_NAME = re.compile(_NAME)
+_WATCHED_ONLY = re.compile(WATCHED)
 _DOTTED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 _COMMENTED = re.compile(rf"""\s*(?:#+|//|rem\s|::)\s*(?:(?:export|setenv|set|ENV|declare\s+-x)\s+|"""
-                        rf"""[-*]\s+)?(?:(?:{WATCHED})\s*[=:]|(?:os\.)?environ\b|(?:mpirun|"""
+                        rf"""[-*]\s+)?(?:(?:{_NAME})\s*[=:]|(?:os\.)?environ\b|(?:mpirun|"""
                         rf"""mpiexec|srun|torchrun|docker|python3?|-x|-e|--env)\s|(?:set(?:\s+"""
                         rf"""--?[A-Za-z-]+)+|setenv|setx|set-env|launchctl\s+setenv)\s+"""
-                        rf"""(?:{WATCHED})\s)""", re.IGNORECASE)
+                        rf"""(?:{_NAME})\s)""", re.IGNORECASE)
 _DIFF_START = re.compile(r"\s*(?:```\s*(?:diff|patch)\s*$|@@ .* @@|diff --git )")
 
 
@@ -167,7 +175,7 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
             continue
         typed = pyfields.annotated(line) if ":" in line else None
         if typed is not None and typed[2]:  # Python: no "NAME: VALUE" with the value "str = 1"
-            if typed[1] is not None and typed[0] not in read and _WATCHED_NAME.fullmatch(typed[0]):
+            if typed[1] is not None and typed[0] not in read and _watched(typed[0]):
                 pairs.setdefault(typed[:2], LoosePair(typed[0], typed[1], n, FORMS["annotated"],
                                                       line.strip()))
             continue
@@ -175,6 +183,8 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
             for match in pattern.finditer(line):
                 value = _value(match, form)
                 name = match.group("name")
+                if not _watched(name):
+                    continue  # CCL_WORKER_COUNT: oneCCL's own; NCLX_FOO: no NCCL name's rest
                 if form == "command" and not _exports(match.group("flags")):
                     continue  # fish's set without -x: a variable of fish, not of the environment
                 if value is not None and name not in read and \
@@ -187,6 +197,12 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
     for pair in _table_pairs(lines, read, skip):
         pairs.setdefault((pair.name, pair.value), pair)
     return tuple(sorted(pairs.values(), key=lambda p: p.line))
+
+
+def _watched(name: str) -> bool:
+    """Whether ``name`` is watched: a prefix ``commands.WATCHED`` names, or an NCCL name whose
+    prefix is mangled (``labkit.nccl.mangled``)."""
+    return bool(_WATCHED_ONLY.fullmatch(name)) or mangled.intended(name) is not None
 
 
 def _exports(flags: str | None) -> bool:
@@ -251,7 +267,7 @@ def _row_pair(row: mdtable.Row, line: str, read: frozenset[str]) -> list[LoosePa
     column = row.column(mdtable.LOOSE_VALUE_HEADERS)
     for at, cell in enumerate(row.cells):
         name = mdtable.cell_text(cell)
-        if not _WATCHED_NAME.fullmatch(name) or name in read:
+        if not _watched(name) or name in read:
             continue
         value_at = column if column is not None and column != at else at + 1
         value = mdtable.cell_value(row.cells[value_at]) if value_at < len(row.cells) else None

@@ -8,11 +8,16 @@ An ``NCCL_X`` that NCCL does not read while PyTorch reads ``TORCH_NCCL_X`` is a 
 nothing. The legacy ``NCCL_`` names PyTorch does accept are registry entries, so they never get
 here: torch 2.13's c10d headers list five (NCCL_BLOCKING_WAIT, NCCL_ASYNC_ERROR_HANDLING,
 NCCL_DESYNC_DEBUG, NCCL_ENABLE_TIMING, NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK in
-ProcessGroupNCCL.hpp's getCvar* name lists).
+ProcessGroupNCCL.hpp's getCvar* name lists). A name whose ``NCCL_`` prefix is mangled
+(``CCL_NET_GDR_LEVEL``, ``NCL_DEBUG``, ``nccl_debug``: ``labkit.nccl.mangled``) is a warning
+naming the variable meant, at any length and even where that variable is set too (then the line
+is only dead); other vendors' ``xCCL_`` names (``HCCL_BUFFSIZE``) and oneCCL's ``CCL_`` names get
+no NCCL hint.
 """
 
 from __future__ import annotations
 
+from labkit.nccl import mangled
 from labkit.nccl.context import Context
 from labkit.nccl.findings import Edit, Finding, info, warning
 from labkit.nccl.registry import (
@@ -24,6 +29,7 @@ from labkit.nccl.registry import (
     plugin_prefix,
 )
 from labkit.nccl.registry_nccl_source import RELEASES
+from labkit.nccl.registry_oneccl import is_oneccl
 
 MIN_PREFIX_TYPO = 10  # shorter names outside NCCL_/TORCH_ are too often some other tool's own
 SOURCE_SPAN = f"{RELEASES[0]} to {RELEASES[-1]}"
@@ -47,7 +53,8 @@ def unknown_variable(name: str, ctx: Context) -> list[Finding]:
         rccl = any(n.startswith(("RCCL_", "HSA_")) for n in ctx.env)
         also = "; RCCL may read it (this config sets RCCL/HSA variables)" if rccl else \
             "; a framework may read it itself, which this checker cannot see"
-        hint = _hint(name, "nccl", ctx)
+        meant = mangled.intended(name)  # NCCL_debug: the right prefix, the rest in lower case
+        hint = f"did you mean {meant}? " if meant else _hint(name, "nccl", ctx)
         make = info if rccl else warning  # a line that does nothing for NCCL (a typo, if hinted)
         return [make(name, f"not a variable NCCL reads: none of NCCL {SOURCE_SPAN}'s sources "
                      f"names it, so NCCL ignores it{also}", hint + f"check the name at {NCCL_DOC}",
@@ -64,21 +71,45 @@ def unknown_variable(name: str, ctx: Context) -> list[Finding]:
 
 
 def _prefix_typo(name: str, ctx: Context) -> list[Finding]:
-    """A name outside the watched prefixes one edit from an NCCL or torch variable with a
-    different first word (``CCL_NET_GDR_LEVEL``, ``NCL_DEBUG``): the intended setting is lost."""
-    if len(name) < MIN_PREFIX_TYPO or "_" not in name:
+    """A name outside the watched prefixes that misspells an NCCL or torch variable's first word:
+    an ``NCCL_`` prefix mangled (``labkit.nccl.mangled``: ``CCL_NET_GDR_LEVEL``, ``NCL_DEBUG``,
+    ``nccl_debug``), else one edit from such a variable with a different first word; never
+    another vendor's ``xCCL_`` name or oneCCL's own. The intended setting is lost."""
+    meant = mangled.intended(name)
+    if meant is not None:
+        return [_misspelt(name, meant, ctx)]
+    if len(name) < MIN_PREFIX_TYPO or "_" not in name or _other_library(name):
         return []
     for candidate, var in REGISTRY.items():
         if var.owner in ("nccl", "pytorch") and candidate not in ctx.env and \
                 candidate.split("_")[0] != name.split("_")[0] and \
                 abs(len(candidate) - len(name)) <= 1 and edit_distance(name, candidate) == 1:
-            return [warning(name, f"one letter from {candidate}, which "
-                            f"{'NCCL' if var.owner == 'nccl' else 'PyTorch'} reads; {name} itself "
-                            "is not a name it reads, so the setting is not applied",
-                            f"did you mean {candidate}? check the name at {var.link or NCCL_DOC}",
-                            Edit("rename", candidate, f"{candidate} is the variable read"),
-                            source=var.link or NCCL_DOC)]
+            return [_misspelt(name, candidate, ctx)]
     return []
+
+
+def _other_library(name: str) -> bool:
+    """Whether ``name``'s first word is another vendor's collective library (NCCL with its first
+    letter changed: ``HCCL_BUFFSIZE``, ``mangled.HCCL_DOC``) or ``name`` is oneCCL's own."""
+    first = name.split("_")[0].upper()
+    return len(first) == 4 and first[0] != "N" and first[1:] == "CCL" or is_oneccl(name)
+
+
+def _misspelt(name: str, candidate: str, ctx: Context) -> Finding:
+    """The warning for ``name``, a misspelling of ``candidate``, with its source."""
+    var = REGISTRY[candidate]
+    reader = {"nccl": "NCCL", "pytorch": "PyTorch"}.get(var.owner, var.plugin or "its plugin")
+    near = f"one letter from {candidate}" if edit_distance(name, candidate) == 1 else \
+        f"{candidate} in other letter case" if name.upper() == candidate else \
+        f"{candidate} with its prefix misspelt"
+    also = f"; {candidate} is set as well, and only that one is applied" \
+        if candidate in ctx.env else ""
+    edit = Edit("drop", reason=f"{candidate} is set") if also else \
+        Edit("rename", candidate, f"{candidate} is the variable read")
+    return warning(name, f"{near}, which {reader} reads; {name} itself is not a name "
+                   f"it reads, so the setting is not applied{also}",
+                   f"did you mean {candidate}? check the name at {var.link or NCCL_DOC}", edit,
+                   source=var.link or NCCL_DOC)
 
 
 def _torch_name(name: str, torch: Variable, ctx: Context) -> Finding:

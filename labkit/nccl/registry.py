@@ -131,6 +131,9 @@ def in_torchrun_worker(env: Mapping[str, str]) -> bool:
 
 
 def is_relevant(name: str) -> bool:
-    """Whether the checker should look at this variable of a live environment."""
+    """Whether the checker should look at this variable of a live environment: a known or
+    watched name, or a known NCCL name whose prefix is mangled (``CCL_NET_GDR_LEVEL``)."""
+    from labkit.nccl.mangled import intended  # it reads REGISTRY: imported on use
+
     return name in REGISTRY or name.startswith(("NCCL_", "TORCH_", "GLOO_")) \
-        or plugin_prefix(name) is not None
+        or plugin_prefix(name) is not None or intended(name) is not None
