@@ -17,7 +17,7 @@ from labkit.errors import ParameterError
 from labkit.nccl import REGISTRY, check_env, parse_env_file, render_exports
 from labkit.nccl.check import Host, local_interfaces
 from labkit.nccl.cli import add_arguments, run
-from labkit.nccl.registry import is_relevant
+from labkit.nccl.names import is_relevant
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "data" / "guide_nccl_env.sh"

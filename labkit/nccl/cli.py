@@ -24,7 +24,7 @@ from labkit.nccl.check import check_env, options_from_args
 from labkit.nccl.envfile import render_exports
 from labkit.nccl.envsource import read_env_source
 from labkit.nccl.findings import SEVERITY_ORDER, Finding
-from labkit.nccl.registry import is_relevant
+from labkit.nccl.names import is_relevant
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -160,3 +160,10 @@ def edit_distance(a: str, b: str) -> int:
                 row[j] = min(row[j], rows[-2][j - 2] + 1)
         rows.append(row)
     return rows[-1][-1]
+
+
+def is_relevant(name: str) -> bool:
+    """Whether the checker should look at this variable of a live environment: a known or
+    watched name, or a known NCCL name whose prefix is mangled (``CCL_NET_GDR_LEVEL``)."""
+    return name in REGISTRY or name.startswith(("NCCL_", "TORCH_", "GLOO_")) \
+        or plugin_prefix(name) is not None or mangled.intended(name) is not None

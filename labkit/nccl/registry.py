@@ -30,7 +30,7 @@ from labkit.nccl.variable import (
 )
 
 __all__ = ["DIST_DOC", "NCCL_DOC", "NEWEST_NCCL", "REGISTRY", "RUN_DOC", "TORCH_NCCL_DOC",
-           "Bounds", "Owner", "Variable", "in_torchrun_worker", "is_relevant", "lookup",
+           "Bounds", "Owner", "Variable", "in_torchrun_worker", "lookup",
            "plugin_prefix", "source_default"]
 
 NEWEST_NCCL = nccl_source.RELEASES[-1]
@@ -128,12 +128,3 @@ def source_default(name: str, version: tuple[int, ...]) -> str | None:
 def in_torchrun_worker(env: Mapping[str, str]) -> bool:
     """Whether ``env`` is a torchrun worker's (torchrun set these, so they are right)."""
     return all(name in env for name in ("TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE"))
-
-
-def is_relevant(name: str) -> bool:
-    """Whether the checker should look at this variable of a live environment: a known or
-    watched name, or a known NCCL name whose prefix is mangled (``CCL_NET_GDR_LEVEL``)."""
-    from labkit.nccl.mangled import intended  # it reads REGISTRY: imported on use
-
-    return name in REGISTRY or name.startswith(("NCCL_", "TORCH_", "GLOO_")) \
-        or plugin_prefix(name) is not None or intended(name) is not None
