@@ -1,9 +1,12 @@
-"""Elastic membership through real torchrun agents: scale up, a preemption notice, a kill.
+"""Elastic membership through real torchrun agents: scale up, a preemption notice, a kill; and
+lesson 12's split-brain experiments (leader election and a gloo collective with one node cut off).
 
 The outcome of a plan may not depend on the machine's speed: the group never runs past a change
 the scheduler has not carried out, nor finishes while one is in flight, and a rendezvous round
 that closed without a started node is re-formed with it. So the world sizes are asserted
-exactly, on any machine.
+exactly, on any machine. The join-then-notice plan, the elections and the collective are lesson
+12's own runs at smoke size, read back from the results it saved; the split-brain ones need
+root and iproute2 (a lab network) and are skipped with the lesson's reason otherwise.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from labkit.orchestration import (
 from labkit.orchestration.elastic import _Scheduler
 from labkit.orchestration.elastic_model import reference_loss
 from labkit.orchestration.elastic_report import ElasticRun
+from labkit.orchestration.election import ElectionResult, format_election
+from labkit.orchestration.partition import WARMUP_ITERATIONS, CollectiveResult, format_collective
+from labkit.runtime import netlab
 
 # Node 1's torchrun agent starts only once the first group has formed without it: what a node
 # that boots more than the rendezvous' last call after node 0 does on a busy machine.
@@ -102,17 +108,31 @@ def test_changes_that_could_not_apply_say_why(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def notebook_run(tmp_path_factory) -> tuple[ElasticConfig, ElasticRun]:
+def lesson(tmp_path_factory) -> Path:
     """Lesson 12 at smoke size, through papermill: its elastic job (a node joins, then gets a
-    preemption notice) is the suite's one run of that plan (tests/test_notebooks.py leaves the
-    notebook to this module); read back from the results it saved."""
+    preemption notice), its elections and its collective under a cut are the suite's one run
+    of each (tests/test_notebooks.py leaves the notebook to this module); the results folder."""
     out = tmp_path_factory.mktemp("nb12")
     result = run_course(NOTEBOOKS, out=out, smoke=True, only=["12_orchestration"],
                         progress=False)
     [outcome] = result.results
     assert outcome.ok, f"12_orchestration failed: {outcome.error}"
-    saved = json.loads((out / "elastic_main.json").read_text())
+    return out
+
+
+@pytest.fixture(scope="module")
+def notebook_run(lesson) -> tuple[ElasticConfig, ElasticRun]:
+    saved = json.loads((lesson / "elastic_main.json").read_text())
     return ElasticConfig.from_json(saved["config"]), ElasticRun.from_dict(saved["run"])
+
+
+@pytest.fixture(scope="module")
+def split_brain(lesson) -> dict:
+    """The lesson's election and collective runs, skipped with its reason where it had none."""
+    saved = json.loads((lesson / "orchestration.json").read_text())
+    if saved["partition_skipped"]:
+        pytest.skip(f"lesson 12 skipped its split-brain experiments: {saved['partition_skipped']}")
+    return saved
 
 
 @pytest.mark.slow
@@ -166,3 +186,83 @@ def test_a_killed_node_costs_the_steps_since_the_last_checkpoint(tmp_path, monke
     assert second.from_step == 10 and second.lost_steps == first.to_step - 10 == 5
     assert steps_logged(run) == list(range(1, 41))
     assert elastic_processes() == []
+
+
+# --- split brain: lesson 12's elections and collective under a cut -----------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes,rule", [(3, "naive"), (3, "quorum"), (2, "naive"),
+                                        (2, "quorum")])
+def test_election_under_a_partition(split_brain, nodes, rule):
+    [result] = [ElectionResult.from_dict(e) for e in split_brain["election_runs"]
+                if (e["nodes"], e["rule"]) == (nodes, rule)]
+    print(format_election(result))
+    cut_node = result.cut_node
+    assert cut_node == nodes - 1
+    healthy, during, healed = (result.phase(n) for n in ("healthy", "cut", "healed"))
+    everyone = list(range(nodes))
+
+    # Every node noticed the cut, and the heal (each phase waits for that).
+    assert all(d is not None and d >= 0 for d in result.detect_s.values()), result.detect_s
+    assert all(r is not None and r >= 0 for r in result.rejoin_s.values()), result.rejoin_s
+    # What holds however busy the machine: the cut node, alone, crowns itself under the naive
+    # rule (two leaders) and stops under the quorum rule; 2 nodes under quorum: nobody works.
+    if rule == "naive":
+        assert during.split_brain and {0, cut_node} <= set(during.leaders_at_end)
+        assert cut_node in during.working_at_end  # both sides carry on: diverging work
+    else:
+        assert cut_node not in during.leaders + during.working_at_end
+        if nodes == 2:
+            assert during.leaders_at_end == [] and during.working_at_end == []
+    # The rest needs every member's ticks on time: a peer drops a member that is late by more
+    # than the liveness window allows, network or not. The members measure their lateness, and
+    # a phase they flag busy would test this machine's scheduler, not the rule.
+    busy = result.busy_phases
+    if "healthy" not in busy:
+        assert healthy.leaders == [0] and not healthy.split_brain
+        assert healthy.working_throughout == everyone
+    if "healed" not in busy:
+        assert healed.leaders_at_end == [0] and healed.working_at_end == everyone
+    if "cut" not in busy:
+        if rule == "naive":
+            assert during.leaders_at_end == [0, cut_node] and during.working_at_end == everyone
+        elif nodes == 3:  # the majority side keeps one leader and keeps working
+            assert during.max_simultaneous_leaders == 1 and during.leaders == [0]
+            assert during.working_throughout == [0, 1] and during.working_at_end == [0, 1]
+
+
+@pytest.mark.slow
+def test_collective_under_a_partition_fails_on_every_rank(split_brain):
+    assert split_brain["collective"], "the lesson's gloo job never got to the cut"
+    result = CollectiveResult.from_dict(split_brain["collective"])
+    print(format_collective(result))
+    timeout_s = result.timeout_s
+    assert (result.nodes, result.cut_node) == (3, 2)
+    assert not result.launch_timed_out
+    assert sorted(r.node for r in result.ranks) == [0, 1, 2]
+    # No rank completes an all_reduce after the cut, and none errors early (TCP does not notice
+    # a pulled cable): every rank, majority side included, fails at the collective timeout.
+    assert result.all_failed, "\n".join(result.output_tail)
+    assert not result.ended_by_limit
+    timed_out = f"Timed out waiting {timeout_s * 1000:.0f}ms"
+    # The failing all_reduce began after each rank's last good one, so no rank can have timed
+    # out (nor heard that a peer did) before the earliest of those plus the timeout.
+    earliest_start = min(r.last_ok_s for r in result.ranks)
+    for r in result.ranks:
+        assert r.iterations >= WARMUP_ITERATIONS and r.iterations_after_cut <= 1
+        assert r.failed_after_s >= earliest_start + timeout_s - 0.01, r
+        # A majority-side rank may hear first that a peer on its side gave up (the peer's
+        # timeout closes its connections): "Connection closed by peer", a few ms earlier.
+        assert timed_out in r.error or "Connection closed by peer" in r.error, r
+    cut_rank = next(r for r in result.ranks if r.node == 2)
+    assert timed_out in cut_rank.error  # nothing reaches it: it can only time out
+    assert result.healed_after_s is not None  # healed once all had failed
+    assert all(code not in (0, None) for code in result.node_returncodes)
+
+
+@pytest.mark.slow
+def test_the_split_brain_experiments_leave_no_namespace_and_no_process(split_brain):
+    """Nothing of the lesson's experiments is left: no namespace of a process that has ended
+    (the kernel that built them), no election member, no rank."""
+    assert netlab.stale_namespaces() == []
+    assert session_processes(lambda cmdline: "labkit.orchestration.partition member" in cmdline
+                             or "partition_rank.py" in cmdline) == []

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,19 @@ class ElectionResult:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "split_brain": self.split_brain,
                 "detected_within_s": self.detected_within_s, "busy_phases": self.busy_phases}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ElectionResult:
+        """The result ``to_dict`` wrote, read back (JSON turns the nodes' keys into strings)."""
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in names}
+        return cls(**{
+            **kept,
+            "phases": [Phase(**p) for p in data["phases"]],
+            "samples": [ElectionSample(**s) for s in data.get("samples", [])],
+            "detect_s": {int(k): v for k, v in data["detect_s"].items()},
+            "rejoin_s": {int(k): v for k, v in data["rejoin_s"].items()},
+        })
 
 
 def _read_samples(paths: list[Path]) -> list[dict]:

@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,13 @@ class CollectiveResult:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "all_failed": self.all_failed,
                 "detected_within_s": self.detected_within_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CollectiveResult:
+        """The result ``to_dict`` wrote, read back."""
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in names}
+        return cls(**{**kept, "ranks": [RankOutcome(**r) for r in data["ranks"]]})
 
 
 def _rank_records(folder: Path) -> dict[int, list[dict]]:

@@ -87,15 +87,19 @@ def _delete_namespace(name: str) -> None:
     _run("ip", "netns", "delete", name)
 
 
+def stale_namespaces(prefix: str = PREFIX) -> list[str]:
+    """Namespaces left by labs whose process is gone (``<prefix><pid>x....``, no such pid)."""
+    return [name for name in _namespaces()
+            if (match := _NAME.match(name)) and match["prefix"] == prefix
+            and not Path(f"/proc/{match['pid']}").exists()]
+
+
 def cleanup_stale(prefix: str = PREFIX) -> list[str]:
     """Delete namespaces left by crashed labs (``<prefix><pid>x....`` whose process is gone);
     labs of live processes are left alone. Returns the names deleted."""
-    removed = []
-    for name in _namespaces():
-        match = _NAME.match(name)
-        if match and match["prefix"] == prefix and not Path(f"/proc/{match['pid']}").exists():
-            _delete_namespace(name)
-            removed.append(name)
+    removed = stale_namespaces(prefix)
+    for name in removed:
+        _delete_namespace(name)
     return removed
 
 
