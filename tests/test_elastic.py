@@ -264,5 +264,5 @@ def test_the_split_brain_experiments_leave_no_namespace_and_no_process(split_bra
     """Nothing of the lesson's experiments is left: no namespace of a process that has ended
     (the kernel that built them), no election member, no rank."""
     assert netlab.stale_namespaces() == []
-    assert session_processes(lambda cmdline: "labkit.orchestration.partition member" in cmdline
+    assert session_processes(lambda cmdline: "labkit.orchestration.election_member" in cmdline
                              or "partition_rank.py" in cmdline) == []

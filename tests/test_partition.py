@@ -64,7 +64,7 @@ def experiment_processes() -> list[str]:
         if ppid == os.getpid():
             found.append(f"{entry.name}: {cmdline.strip()}")
     return found + [p for p in session_processes(
-        lambda cmdline: "labkit.orchestration.partition member" in cmdline
+        lambda cmdline: "labkit.orchestration.election_member" in cmdline
         or "partition_rank.py" in cmdline) if p not in found]
 
 

@@ -66,7 +66,7 @@ def test_killed_rank_resumes_to_the_same_parameters(lesson) -> None:
     # begins, so the save of update kill_at (when it is one) may or may not have finished.
     assert goal["resumed_from_step"] in (kill_at // every * every, (kill_at - 1) // every * every)
     assert goal["lost_steps"] == (kill_at - goal["resumed_from_step"]) * lesson["per_update"]
-    assert session_processes(lambda cmdline: "labkit.training" in cmdline) == []
+    assert session_processes(lambda cmdline: "run_rank.py" in cmdline) == []
 
 
 @pytest.mark.slow
