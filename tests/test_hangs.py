@@ -321,8 +321,11 @@ def test_scenario_is_detected_in_time_with_the_right_culprit(scenario_run):
     assert not report.launch_timed_out, shown
     assert report.seq is not None and report.op, shown
     if name == END_JOB:  # the watch's SIGTERM ended it before any timeout: nothing timed out
+        # A rank blocked in the collective may see its peers vanish before its own SIGTERM
+        # is handled and exit 1 from that lost connection; every rank still stopped.
         assert report.watch.ended_job and report.detected_by.startswith("SIGTERM"), shown
-        assert set(report.exit_codes.values()) <= {143, -15}, shown
+        assert report.watch.ended_at is not None, shown
+        assert set(report.exit_codes.values()) <= {143, -15, 1}, shown
         return
     # Measured on the ranks' clocks from the moment the hang began, so the launch's start-up
     # (seconds of `import torch` on a slow machine) is not in it: the slack only covers a

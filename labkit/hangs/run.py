@@ -155,14 +155,19 @@ def run_scenario(name: str, timeout_s: float | None = None, detail: bool | None 
     got = launch_watched(RANK_SCRIPT, spec, config, timeout_s + LAUNCH_ALLOWANCE_S, env, echo,
                          watch, end_job, analyze_torch)
     found = diagnose(got.dumps, spec.world_size, got.stacks)
+    detected_by, within = found.detected_by, found.detected_within_s
+    if by_watch := _ended_by_the_watch(got.watch, found.detected_at):
+        detected_by = by_watch
+        if found.hang_started_at is not None:
+            within = max(0.0, got.watch.ended_at - found.hang_started_at)
     codes = torchrun_exit_codes(got.result.output)
     evidence = found.evidence + _exit_evidence(codes)
     if got.result.timed_out:
         evidence.append(f"the launch ran past its {timeout_s + LAUNCH_ALLOWANCE_S:g} s limit")
     return HangReport(
         scenario=name, summary=spec.summary, world_size=spec.world_size, timeout_s=timeout_s,
-        detail=detail, detected_within_s=_round(found.detected_within_s),
-        detected_by=found.detected_by, culprit_rank=found.culprit_rank,
+        detail=detail, detected_within_s=_round(within),
+        detected_by=detected_by, culprit_rank=found.culprit_rank,
         expected_culprit_rank=spec.culprit, kind=found.kind, op=found.op, seq=found.seq,
         evidence=evidence, stacks=got.stacks, exit_codes=codes,
         launch_seconds=round(got.seconds, 1), launch_timed_out=got.result.timed_out,
@@ -170,6 +175,17 @@ def run_scenario(name: str, timeout_s: float | None = None, detail: bool | None 
         torch_gaps=describe_gaps(got.torch_gaps) if got.torch_gaps else [],
         torch_writers=got.torch_gaps.get("writers", {}) if got.torch_gaps else {},
     )
+
+
+def _ended_by_the_watch(watch: WatchResult | None, detected_at: float | None) -> str:
+    """Who ended the job when the watch SIGTERMed it before any rank saw a failure. A rank
+    blocked in a collective can see its peers vanish (a lost connection) a moment before its own
+    SIGTERM is handled: that failure came after the watch's signal, so it is not a detection."""
+    if watch is None or not watch.ended_job or watch.ended_at is None:
+        return ""
+    if detected_at is not None and detected_at < watch.ended_at:
+        return ""
+    return "SIGTERM from the live watch at its alarm"
 
 
 def _round(value: float | None) -> float | None:

@@ -74,6 +74,7 @@ class WatchResult:
     signalled: list[int] = field(default_factory=list)
     dumped: list[int] = field(default_factory=list)
     ended_job: bool = False
+    ended_at: float | None = None  # when the watch sent SIGTERM (time.time())
     steps_seen: int = 0  # the most steps every rank had published at one poll
     watched_s: float = 0.0
     timeline: list[tuple[float, str]] = field(default_factory=list)
@@ -217,6 +218,7 @@ class Watch:
         self._note(f"verdict: rank {r.culprit_rank} ({r.kind}), {r.op or '-'} seq {r.seq}; "
                    f"counts alone: {r.counts_say}")
         if self.end_job:
+            r.ended_at = time.time()
             self._signal(r.signalled or [v.rank for v in views if v.reachable], signal.SIGTERM)
             r.ended_job = True
             self._note("ended the job (SIGTERM to every rank)")
