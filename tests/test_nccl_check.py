@@ -128,7 +128,7 @@ BAD = [
      "'FOO'"),
     ({"NCCL_DEBUG_SUBSYS": "^COLL"}, "info", "NCCL_DEBUG_SUBSYS", "without NCCL_DEBUG=INFO"),
     ({"NCCL_DEBUG_FILE": "~/nccl.log"}, "error", "NCCL_DEBUG_FILE", "'~'"),
-    ({"NCCL_DEBUG_FILE": "/tmp/nccl.log"}, "info", "NCCL_DEBUG_FILE", "%h.%p"),
+    ({"NCCL_DEBUG_FILE": "/tmp/nccl.log"}, "warning", "NCCL_DEBUG_FILE", "%h.%p"),
     ({"NCCL_DEBUG_FILE": "/tmp/nccl.%r.log"}, "warning", "NCCL_DEBUG_FILE",
      "'%r' is not a conversion NCCL expands"),
     ({"NCCL_MIN_NCHANNELS": "4"}, "warning", "NCCL_MIN_NCHANNELS", "NCCL_MIN_CTAS"),

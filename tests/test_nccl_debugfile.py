@@ -54,9 +54,10 @@ def test_names_nccl_makes_per_process_give_no_finding(value):
     ("/tmp/nccl.log", "/tmp/nccl.log.%h.%p"), ("/tmp/nccl.%h", "/tmp/nccl.%h.%p"),
     ("/tmp/100%%.log", "/tmp/100%%.log.%h.%p"),  # %% is one '%', not a conversion left as is
 ])
-def test_one_name_for_every_process_stays_an_info(value, fix):
+def test_one_name_for_every_process_is_a_warning(value, fix):
     [found] = debug_file(value)
-    assert found.severity == "info" and "one file for every process" in found.message
+    assert found.severity == "warning" and "no %p in the name" in found.message
+    assert "truncates" in found.message and "one process per node" in found.message
     assert found.fix == fix
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from labkit.nccl.check import check_env
 from labkit.nccl.paste import ParsedEnv, parse_env
 from labkit.nccl.shellwords import (
     Redirect,
@@ -87,6 +88,26 @@ def test_redirections_are_tokens_with_their_targets():
 def test_quoted_strings_that_are_shell_statements_are_read(text):
     assert {k: v for k, v in parse_env(text).env.items() if k.startswith("NCCL_")} == {
         "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"}
+
+
+def test_prefix_assignments_kept_in_a_variable_are_read():
+    # OPTS="A=1 B=2" then eval "$OPTS deepspeed ...": every word an assignment, one of them watched
+    parsed = parse_env('OPTIONS_NCCL="NCCL_DEBUG=warning NCCL_IB_DISABLE=0"\n'
+                       'run_cmd="${OPTIONS_NCCL} deepspeed train.py"\neval ${run_cmd}\n')
+    assert {k: v for k, v in parsed.env.items() if k.startswith("NCCL_")} == {
+        "NCCL_DEBUG": "warning", "NCCL_IB_DISABLE": "0"}
+    assert not parsed.loose
+    for other in ('MSG="set NCCL_DEBUG=INFO to see more"', 'OPTS="HOME=/x PATH=/y"'):
+        assert not {k for k in parse_env(other).env if k.startswith("NCCL_")}, other
+
+
+def test_a_variable_one_command_sets_twice_is_a_warning():
+    parsed = parse_env("mpirun -np 2 -x NCCL_IB_DISABLE=0 -x NCCL_DEBUG=WARN \\\n"
+                       "    -x NCCL_IB_DISABLE=1 ./run\nexport NCCL_DEBUG=INFO\n")
+    assert parsed.twice == (("NCCL_IB_DISABLE", ("0", "1"), 1),)  # NCCL_DEBUG: two commands
+    found = [f for f in check_env(parsed.env, **parsed.job) if "in one command" in f.message]
+    assert [(f.severity, f.variable) for f in found] == [("warning", "NCCL_IB_DISABLE")]
+    assert "'0', '1'" in found[0].message and found[0].source.startswith("https://")
 
 
 def test_prose_in_a_string_is_not_read_and_bash_c_is_read_once():

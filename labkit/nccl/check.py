@@ -26,11 +26,12 @@ from labkit.nccl.confidence import Doubt, capped
 from labkit.nccl.context import Context, Host, detect_plugins, local_hcas, local_interfaces
 from labkit.nccl.findings import Edit, Finding, info, warning
 from labkit.nccl.loose import LoosePair, loose_findings
-from labkit.nccl.names import unknown_variable
+from labkit.nccl.names import is_relevant, unknown_variable
 from labkit.nccl.registry import ALIASES, REGISTRY, Variable, source_default
 from labkit.nccl.rules import RULES
 from labkit.nccl.shellwords import computed
 from labkit.nccl.syntax import PLACEHOLDER, nccl_int, parse_int
+from labkit.nccl.variable import NCCL_DOC
 from labkit.nccl.versions import NcclTarget, local_nccl_target
 
 __all__ = ["Host", "check_env", "local_hcas", "local_interfaces", "options_from_args"]
@@ -70,7 +71,8 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
               runs: frozenset[str] | None = None, nodes: int | None = None,
               tilde: Iterable[str] = (), nets: Iterable[tuple[str, str]] = (),
               loose: Iterable[LoosePair] = (), baked: Iterable[Baked] = (),
-              doubtful: Iterable[Doubt] = ()) -> list[Finding]:
+              doubtful: Iterable[Doubt] = (),
+              twice: Iterable[tuple[str, tuple[str, ...], int]] = ()) -> list[Finding]:
     """Findings for every relevant variable of ``env``, then for combinations of them.
 
     ``nccl_version``: the NCCL release to check against (default: the newest known).
@@ -85,7 +87,8 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
     ``baked``, defaults Python source sets for its users (``labkit.nccl.baked``): an interface or
     HCA name there is a warning, not a host fact; ``doubtful``, variables whose value an unsure
     read took with another language's syntax in it: at most warnings
-    (``labkit.nccl.confidence``, which decides every such cap).
+    (``labkit.nccl.confidence``, which decides every such cap); ``twice``, variables one command
+    sets to different values (name, values, line): a warning each.
     """
     if host is None and (interfaces is not None or hcas is not None):
         host = Host.described(interfaces, hcas)
@@ -100,11 +103,22 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
     for rule in RULES:
         findings += rule.apply(ctx)
     findings = capped(baked_findings(baked, ctx, findings), doubtful) + \
-        loose_findings(loose, ctx, _check_one)
+        loose_findings(loose, ctx, _check_one) + _set_twice(twice)
     for finding in findings:  # --fix must not keep an error: comment the line out, saying why
         if finding.severity == "error" and finding.edit is None and finding.variable in env:
             finding.edit = Edit("comment", reason=_short(finding.message))
     return findings
+
+
+def _set_twice(twice: Iterable[tuple[str, tuple[str, ...], int]]) -> list[Finding]:
+    """A variable one command sets to different values: one of the settings does nothing, and
+    the command does not say which was meant."""
+    return [warning(name, f"set {'twice' if len(vals) == 2 else f'{len(vals)} times'} in one command (line {line}) to different "
+                    f"values ({', '.join(repr(v) for v in vals)}): only one of them reaches the "
+                    "process, and the command does not say which one was meant",
+                    f"keep the one you mean: {name}={vals[-1]} or {name}={vals[0]}",
+                    source=REGISTRY[name].link if name in REGISTRY else NCCL_DOC)
+            for name, vals, line in twice if is_relevant(name)]
 
 
 def _check_one(name: str, value: str, ctx: Context) -> list[Finding]:

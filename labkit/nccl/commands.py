@@ -58,6 +58,9 @@ _SCRIPT = re.compile(r"\s*(?:export|env)\s+(?:-\S+\s+)*[A-Za-z_]\w*=|[\s\S]*?[;&
                      r"[A-Za-z_]\w*=")
 # ... or a launcher command held in a variable: cmd="${MPI} -np 2 -x NCCL_DEBUG=INFO ./run".
 _LAUNCH_OPTION = re.compile(r"(?:^|\s)(?:-x|-genv|-e|--env)\s+[A-Z_][A-Z0-9_]*=")
+# ... or prefix assignments held in a variable for a command line built later (run with
+# eval, env, or a launcher): OPTS="NCCL_DEBUG=INFO NCCL_IB_DISABLE=0" (every word NAME=VALUE).
+_PREFIXES = re.compile(r"\s*(?:[A-Za-z_]\w*=\S*\s+)*[A-Za-z_]\w*=\S*\s*")
 SHELL_TILDE = "shell"  # every shell expands the ~ (an assignment, a word that opens with it)
 BASH_TILDE = "bash"  # bash outside POSIX mode expands it (an argument that looks like NAME=~/x)
 
@@ -151,7 +154,8 @@ def _read_inner(word: Word, found: list[Found], notes: list[str], depth: int) ->
     ``$(...)`` substitutions (``OUT=$(NCCL_P2P_DISABLE=1 ./all_reduce_perf)``)."""
     if depth >= 3 or ("$(" not in word.value and "`" not in word.value and
                       "export" not in word.value and "env" not in word.value and
-                      not _LAUNCH_OPTION.search(word.value)):
+                      not _LAUNCH_OPTION.search(word.value) and
+                      not _held_prefixes(word.value.partition("=")[2])):
         return
     script = quoted_script(word)
     for text in [script] if script is not None else substitutions(word.value):
@@ -168,7 +172,15 @@ def quoted_script(word: Word) -> str | None:
         raw, value = raw.partition("=")[2], value.partition("=")[2]
     if not raw.startswith(("'", '"', "$'")):
         return None
-    return value if _SCRIPT.match(value) or _LAUNCH_OPTION.search(value) else None
+    return value if _SCRIPT.match(value) or _LAUNCH_OPTION.search(value) \
+        or _held_prefixes(value) else None
+
+
+def _held_prefixes(value: str) -> bool:
+    """Whether ``value`` is only ``NAME=VALUE`` words, one of them a watched name: prefix
+    assignments kept in a variable for the command line a script builds and runs."""
+    return "=" in value and _PREFIXES.fullmatch(value) is not None and \
+        re.search(rf"(?:^|\s)(?:{WATCHED})=", value) is not None
 
 
 def _read_declare(command: str, args: list[Word], found: list[Found]) -> None:

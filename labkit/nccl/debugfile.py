@@ -15,7 +15,7 @@ NCCL_GRAPH_DUMP_FILE_RANK (``src/graph/topo.cc``, ``src/graph/search.cc``, ``src
 
 from __future__ import annotations
 
-from labkit.nccl.findings import Edit, Finding, info, warning
+from labkit.nccl.findings import Edit, Finding, warning
 from labkit.nccl.variable import NCCL_GITHUB, Variable
 
 DEBUG_CC = NCCL_GITHUB + "src/debug.cc#L201-L246"  # the expansion loop and its fopen(..., "w")
@@ -34,16 +34,20 @@ def conversions(value: str) -> list[tuple[int, str]]:
 
 
 def debug_file_name(var: Variable, value: str) -> list[Finding]:
-    """A ``%`` conversion NCCL does not expand (a warning), or a name the same for every
-    process of a node (an info)."""
+    """A ``%`` conversion NCCL does not expand, or a name without ``%p``, the same for every
+    process of a node: a warning each (NCCL's docs warn that such output may be lost)."""
     found = conversions(value)
     codes = {c for _, c in found}
     per_process = value + (".%p" if "h" in codes else ".%h.%p")
     literal = list(dict.fromkeys(f"%{c}" for _, c in found if c not in EXPANDED))
     if not literal:
-        return [] if "p" in codes else [info(
-            var.name, "one file for every process: NCCL's docs warn output may be lost or "
-            "corrupted", per_process, source=var.doc)]
+        where = "of a node" if "h" in codes else "of a node (of the whole job, on a shared file system)"
+        return [] if "p" in codes else [warning(
+            var.name, f"no %p in the name: every process {where} opens the same file "
+            f"'{_opened(value)}' with fopen(..., \"w\"), which truncates it, and NCCL's docs "
+            "warn that output may be lost or corrupted when the name is not unique across the "
+            "job's processes (fine only with one process per node)",
+            per_process, Edit("set", per_process, "one file per process"), source=var.doc)]
     words = ", ".join(f"'{c}'" for c in literal)
     message = (f"{words} {'is not a conversion' if len(literal) == 1 else 'are not conversions'}"
                " NCCL expands: in NCCL_DEBUG_FILE it replaces only %h (the host name), %p (the "

@@ -76,6 +76,9 @@ class ParsedEnv:
     baked: tuple[Baked, ...] = ()
     """Defaults Python source in the paste sets for the user (``if "X" not in os.environ``,
     ``setdefault``, a function's default argument: ``labkit.nccl.baked``)."""
+    twice: tuple[tuple[str, tuple[str, ...], int], ...] = ()
+    """Variables one command sets more than once with different values (``mpirun -x A=0 ...
+    -x A=1``): the name, its values in order, and the command's line."""
     doubtful: tuple[Doubt, ...] = ()
     """Variables of ``env`` read in an unsure shape (a YAML line, prose, a table cell) whose
     value carries another language's syntax (``str = "INFO"``): findings on them are at most
@@ -84,10 +87,11 @@ class ParsedEnv:
     @property
     def job(self) -> dict[str, object]:
         """What the paste says about the job, as ``check_env`` keywords (``runs``, ``nodes``,
-        ``tilde``, ``nets``), with its loose pairs, baked-in defaults and unsure values
-        (``loose``, ``baked``, ``doubtful``)."""
+        ``tilde``, ``nets``), with its loose pairs, baked-in defaults, unsure values and
+        variables one command sets twice (``loose``, ``baked``, ``doubtful``, ``twice``)."""
         return {"runs": self.runs, "nodes": self.nodes, "tilde": self.tilde, "nets": self.nets,
-                "loose": self.loose, "baked": self.baked, "doubtful": self.doubtful}
+                "loose": self.loose, "baked": self.baked, "doubtful": self.doubtful,
+                "twice": self.twice}
 
     @property
     def count(self) -> int:
@@ -156,7 +160,20 @@ def merge(assignments: list[Assignment], unparsed: list[tuple[int, str]],
     first = {a.file: a.line for sets in conf.values() for a in reversed(sets)}
     notes += [(first[file], note) for file, (_, note) in unread.items()]
     return ParsedEnv(env, assignments, list(named), unparsed, sorted(notes, key=lambda n: n[0]),
-                     tilde=tilde)
+                     tilde=tilde, twice=_set_twice_in_one_command(values))
+
+
+def _set_twice_in_one_command(values: dict[str, list[Assignment]]
+                              ) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+    """The variables one command (one line and text) sets to different values."""
+    twice = []
+    for name, sets in values.items():
+        commands: dict[tuple[int, str], list[str]] = {}
+        for a in sets:
+            commands.setdefault((a.line, a.raw), []).append(a.value or "")
+        twice += [(name, tuple(vals), line) for (line, _), vals in commands.items()
+                  if len(set(vals)) > 1]
+    return tuple(twice)
 
 
 def _conf_into(env: dict[str, str], named: dict[str, None], name: str,
