@@ -124,8 +124,9 @@ BAD = [
     ({"TORCH_CPP_LOG_LEVEL": "loud"}, "warning", "TORCH_CPP_LOG_LEVEL", "keeps WARNING"),
     ({"NCCL_DEBUG": "verbose"}, "error", "NCCL_DEBUG", "logs nothing"),
     ({"NCCL_DEBUG": "trace"}, "warning", "NCCL_DEBUG", "bring-up"),
-    ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,FOO"}, "warning", "NCCL_DEBUG_SUBSYS",
-     "'FOO'"),
+    ({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,FOO"}, "error", "NCCL_DEBUG_SUBSYS",
+     "rejects the whole list"),
+    ({"NCCL_DEBUG_SUBSYS": "[INIT|COLL|NET]"}, "warning", "NCCL_DEBUG_SUBSYS", "usage pattern"),
     ({"NCCL_DEBUG_SUBSYS": "^COLL"}, "info", "NCCL_DEBUG_SUBSYS", "without NCCL_DEBUG=INFO"),
     ({"NCCL_DEBUG_FILE": "~/nccl.log"}, "error", "NCCL_DEBUG_FILE", "'~'"),
     ({"NCCL_DEBUG_FILE": "/tmp/nccl.log"}, "warning", "NCCL_DEBUG_FILE", "%h.%p"),
@@ -186,6 +187,25 @@ def test_fix_output_passes_its_own_check(env):
     fixed = parse_env_file(render_exports(env, check_env(env, **HOST)))
     again = [f.to_dict() for f in check_env(fixed, **HOST) if f.severity == "error"]
     assert not again, (env, fixed, again)
+
+
+def test_an_unknown_subsystem_rejects_the_whole_list_only_from_nccl_2_30_3():
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,VERSION"}
+    [new] = [f for f in check_env(env) if f.variable == "NCCL_DEBUG_SUBSYS"]
+    assert new.severity == "error" and "INIT, BOOTSTRAP, ENV" in new.message
+    assert "parser_bitset.h" in new.source
+    [old] = [f for f in check_env(env, nccl_version="2.29.7") if f.variable == "NCCL_DEBUG_SUBSYS"]
+    assert old.severity == "warning" and "skips it" in old.message
+
+
+def test_socket_transport_settings_are_not_for_efa_but_kept_for_tcpx():
+    efa = {"FI_PROVIDER": "efa", "NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "8"}
+    found = [f for f in check_env(efa) if "Not applicable for EFA" in f.message]
+    assert sorted((f.severity, f.variable) for f in found) == [
+        ("warning", "NCCL_NSOCKS_PERTHREAD"), ("warning", "NCCL_SOCKET_NTHREADS")]
+    tcpx = {"NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_NTHREADS": "1",
+            "NCCL_NSOCKS_PERTHREAD": "4"}
+    assert not [f for f in check_env(tcpx) if "EFA" in f.message]
 
 
 def test_node_facts_are_errors_only_where_the_node_is_known():

@@ -101,7 +101,7 @@ HELD_OUT = [CORPUS_DIR.parent / name / "manifest.json"
                          "nccl_configs_heldout8", "nccl_configs_heldout9",
                          "nccl_configs_heldout10", "nccl_configs_heldout11",
                          "nccl_configs_heldout12", "nccl_configs_heldout13",
-                         "nccl_configs_heldout14")]
+                         "nccl_configs_heldout14", "nccl_configs_heldout15")]
 
 
 @pytest.mark.parametrize("manifest", HELD_OUT, ids=lambda p: p.parent.name)

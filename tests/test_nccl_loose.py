@@ -187,3 +187,12 @@ def test_structural_figures_do_not_see_loose_pairs():
 def test_long_lines_are_scanned_in_linear_time(text):
     pairs = loose_pairs(text, ())
     assert all(p.name.startswith("NCCL_") for p in pairs)
+
+
+def test_a_python_pair_of_strings_is_read_loosely_but_not_a_calls_arguments():
+    text = ('key, value = "NCCL_ASYNC_ERROR_HANDLING", "1"\nos.environ[key] = value\n'
+            'PAIRS = [("NCCL_DEBUG", "INFO")]\nos.environ.get("NCCL_IB_DISABLE", "1")\n'
+            'print("NCCL_ALGO", "Ring")\n')
+    got = {(p.name, p.value, p.raw) for p in loose_pairs(text, ())}
+    assert got == {("NCCL_ASYNC_ERROR_HANDLING", "1", '"NCCL_ASYNC_ERROR_HANDLING", "1"'),
+                   ("NCCL_DEBUG", "INFO", '"NCCL_DEBUG", "INFO"')}

@@ -30,7 +30,7 @@ from labkit.nccl.names import is_relevant, unknown_variable
 from labkit.nccl.registry import ALIASES, REGISTRY, Variable, source_default
 from labkit.nccl.rules import RULES
 from labkit.nccl.shellwords import computed
-from labkit.nccl.syntax import PLACEHOLDER, nccl_int, parse_int
+from labkit.nccl.syntax import CHOICES, PLACEHOLDER, nccl_int, parse_int
 from labkit.nccl.variable import NCCL_DOC
 from labkit.nccl.versions import NcclTarget, local_nccl_target
 
@@ -171,6 +171,16 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
                                 "brackets, as templates and examples write what to fill in), not "
                                 "a value: replace it before running; as written the process gets "
                                 "the brackets literally", f"{var.name}: {var.values}",
+                                source=var.link, advice=True)]
+    choices = CHOICES.search(value)
+    cut = value[:1] in "[{" and not any(c in value for c in "]}")  # [A|B] split at a | (a pipe)
+    if choices or cut:
+        shown = choices.group() if choices else value
+        how = "" if choices else (", cut at its first '|', which a shell reads as a pipe: a "
+                                  "usage pattern like [A|B|C]")
+        return found + [warning(var.name, f"'{shown}' is a usage pattern (alternatives in "
+                                f"brackets, as docs write 'one of these'){how}, not a value: "
+                                "pick one before running", f"{var.name}: {var.values}",
                                 source=var.link, advice=True)]
     if _is_default(var, value, ctx):
         only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" and value != "1" \

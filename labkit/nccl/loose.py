@@ -68,7 +68,8 @@ FORMS = {"assign": "NAME=VALUE in a line", "subscript": "os.environ['NAME']=VALU
          "colon": "NAME: VALUE", "table": "a table row", "set": "'set NAME to VALUE'",
          "command": "a set command (fish set -x, setenv, setx, launchctl setenv: NAME VALUE)",
          "set-to": "'NAME set to VALUE'",
-         "annotated": "NAME: type = VALUE (a Python typed variable)"}
+         "annotated": "NAME: type = VALUE (a Python typed variable)",
+         "pair": "'NAME', 'VALUE' (a Python pair of strings)"}
 _END = rf"""(?=[`'"’”*]*[.,;:!?)\]]*(?:\s|$|[|<])|,(?:{_NAME})=)"""
 _NAMED = rf"""[`'"*]{{0,3}}(?P<name>{_NAME})[`'"*]{{0,3}}"""
 # After a value's closing quote: a break, also after a code span's closing backquote
@@ -102,6 +103,10 @@ PATTERNS = {
     "command": re.compile(rf"""(?<![\w$-])(?:set(?P<flags>(?:\s+--?[A-Za-z][A-Za-z-]*)+)|setenv|setx"""
                           rf"""|set-env|launchctl\s+setenv)\s+{_NAMED}\s+(?:{_quoted("a")}|"""
                           rf"""{_bare("a")})"""),
+    # ("NCCL_X", "1") in a list of pairs, key, value = "NCCL_X", "1": not a call's arguments
+    # (os.environ.get("NCCL_X", "1") reads with a default: labkit.nccl.baked's business).
+    "pair": re.compile(rf"""(?:^|[\[=]|(?<![\w.\])'"])\()\s*(?P<pq>["'])"""
+                       rf"""(?P<name>{_NAME})(?P=pq)\s*,\s*(?:{_quoted("a")})"""),
     "set-to": re.compile(rf"""(?<![\w$%{{]){_NAMED}\s+(?:is\s+|was\s+|are\s+|has\s+been\s+|being\s+)?"""
                          rf"""set\s+to\s+(?:{_quoted("a")}|{_bare("a")})"""),
 }
@@ -192,6 +197,8 @@ def loose_pairs(text: str, read: Iterable[str], skip: Iterable[int] = ()) -> tup
                     start = match.start()
                     while form == "subscript" and start and line[start - 1] in _DOTTED:
                         start -= 1  # the raw text with its os.environ
+                    while form == "pair" and line[start] in "=[( \t":
+                        start += 1  # the raw text from the pair's first quote
                     pairs.setdefault((name, value), LoosePair(name, value, n, FORMS[form],
                                                               _raw(line[start:match.end()])))
     for pair in _table_pairs(lines, read, skip):

@@ -23,6 +23,9 @@ from labkit.nccl.registry_plugins import EFA_ADVICE, EFA_DOC
 from labkit.nccl.variable import NCCL_GITHUB, Variable
 
 HANDLED_ELSEWHERE = {"NCCL_IB_HCA", "NCCL_IB_DISABLE"}  # hostfacts.ib_hca, rules
+# NCCL's socket transport settings, which aws-ofi-nccl's EFA notes list as "Not applicable for
+# EFA": the plugin, not NCCL's socket transport, carries the traffic.
+NOT_FOR_EFA = {"NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"}
 
 
 def check(var: Variable, value: str, ctx: Context) -> list[Finding] | None:
@@ -33,6 +36,12 @@ def check(var: Variable, value: str, ctx: Context) -> list[Finding] | None:
         make = warning if severity == "warning" else info
         return [make(var.name, f"aws-ofi-nccl's EFA notes (doc/efa-env-var.md): {text}", "",
                      source=EFA_DOC)]
+    efa = next((p for p in ctx.plugins if p.plugin.name == "aws-ofi-nccl"), None)
+    if efa is not None and var.name in NOT_FOR_EFA:
+        return [warning(var.name, f"not applicable with aws-ofi-nccl ({efa.evidence}): its EFA "
+                        "notes (doc/efa-env-var.md) say 'Not applicable for EFA'; it tunes "
+                        "NCCL's own socket transport, which the plugin replaces",
+                        "leave it out on EFA nodes", source=EFA_DOC)]
     replaced = ctx.ib_replaced
     if replaced and var.owner == "nccl" and var.name.startswith("NCCL_IB_") \
             and var.name not in HANDLED_ELSEWHERE:

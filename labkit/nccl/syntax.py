@@ -35,6 +35,9 @@ SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "AL
 # A placeholder to fill in: <IP_address_of_node_1>, <your-hca>, <node 1's IP>. No NCCL, gloo or
 # torch value has a "<" in it, and a shell reads an unquoted "<" as a redirection.
 PLACEHOLDER = re.compile(r"<[A-Za-z_][^<>\n]*>")
+# A usage pattern: alternatives in brackets, as docs and answers write "one of these"
+# ([INIT|COLL|NET], {0|1}).
+CHOICES = re.compile(r"[\[{][^\[\]{}|\n]+(?:\|[^\[\]{}|\n]+)+[\]}]")
 TORCH_TRUE = ("y", "yes", "1", "t", "true")  # c10d getCvarBool
 TORCH_FALSE = ("n", "no", "0", "f", "false")
 

@@ -37,6 +37,10 @@ TUNING_CC = NCCL_GITHUB + "src/graph/tuning.cc#L17-L34"
 PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.24.3-1/src/graph/tuning.cc#L53-L110"
 OLD_PARSE_LIST = "https://github.com/NVIDIA/nccl/blob/v2.23.4-1/src/graph/tuning.cc#L34-L52"
 IB_HINT = NCCL_GITHUB + "src/transport/net_ib/common.h#L621-L626"
+# From 2.30.3 NCCL_DEBUG_SUBSYS is read by ncclParamBitsetOf: an unknown name fails the whole
+# parse (ncclInvalidArgument) and the parameter keeps its default (param.h, loadValue).
+BITSET_SINCE = "2.30.3"
+BITSET_H = NCCL_GITHUB + "src/include/param/parser_bitset.h#L26-L57"
 IB_RETRY = NCCL_GITHUB + "src/transport/net_ib/connect.cc#L16"  # NCCL_PARAM(IbRetryCnt, ..., 7)
 LL128_LINE_DATA = 120  # data bytes in one 128-byte LL128 line (the other 8 are its flag)
 LL128_ISSUE = "https://github.com/NVIDIA/nccl/issues/1739"
@@ -313,8 +317,18 @@ def _nccl_debug(var: Variable, value: str, ctx: Context) -> list[Finding]:
 
 
 def _debug_subsys(var: Variable, value: str, ctx: Context) -> list[Finding]:
-    found = [warning(var.name, f"'{t}' is not a subsystem NCCL knows", ", ".join(SUBSYSTEMS),
-                     source=var.doc) for t in parse_subsystems(value)]
+    unknown = parse_subsystems(value)
+    if unknown and ctx.target.at_least(BITSET_SINCE):  # one unknown name rejects the whole list
+        names = ", ".join(f"'{t}'" for t in unknown)
+        found = [error(var.name, f"{names} {'is not a subsystem' if len(unknown) == 1 else 'are not subsystems'}"
+                       f" NCCL knows, and NCCL {ctx.target.text} then rejects the whole list: it "
+                       "logs its default subsystems (INIT, BOOTSTRAP, ENV) instead of these "
+                       "(NCCL before 2.30.3 skipped an unknown name)", ", ".join(SUBSYSTEMS),
+                       source=BITSET_H)]
+    else:
+        found = [warning(var.name, f"'{t}' is not a subsystem NCCL knows: NCCL "
+                         f"{ctx.target.text} skips it", ", ".join(SUBSYSTEMS), source=var.doc)
+                 for t in unknown]
     if ctx.env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         found.append(info(var.name, "filters INFO output only: without NCCL_DEBUG=INFO it changes "
                           "nothing", source=var.doc))
