@@ -113,12 +113,34 @@ def check_env(env: Mapping[str, str], *, nccl_version: str | NcclTarget | None =
 def _set_twice(twice: Iterable[tuple[str, tuple[str, ...], int]]) -> list[Finding]:
     """A variable one command sets to different values: one of the settings does nothing, and
     the command does not say which was meant."""
-    return [warning(name, f"set {'twice' if len(vals) == 2 else f'{len(vals)} times'} in one command (line {line}) to different "
-                    f"values ({', '.join(repr(v) for v in vals)}): only one of them reaches the "
-                    "process, and the command does not say which one was meant",
-                    f"keep the one you mean: {name}={vals[-1]} or {name}={vals[0]}",
-                    source=REGISTRY[name].link if name in REGISTRY else NCCL_DOC)
-            for name, vals, line in twice if is_relevant(name)]
+    found = []
+    for name, vals, line in twice:
+        if not is_relevant(name):
+            continue
+        times = "twice" if len(vals) == 2 else f"{len(vals)} times"
+        shown = ", ".join(repr(v) for v in vals)
+        found.append(warning(name, f"set {times} in one command (line {line}) to different values "
+                             f"({shown}): only one of them reaches the process, and the command "
+                             "does not say which one was meant",
+                             f"keep the one you mean: {name}={vals[-1]} or {name}={vals[0]}",
+                             source=REGISTRY[name].link if name in REGISTRY else NCCL_DOC))
+    return found
+
+
+def _not_a_value_yet(value: str) -> str:
+    """What ``value`` holds in place of a value, or "": a placeholder in angle brackets
+    (``<IP_of_node_1>``) or a usage pattern (``[INIT|COLL|NET]``, or what a shell leaves of one
+    when it reads the first ``|`` as a pipe: ``[INIT``)."""
+    if hole := PLACEHOLDER.search(value):
+        return (f"'{hole.group()}' is a placeholder (text in angle brackets, as templates and "
+                "examples write what to fill in)")
+    if choices := CHOICES.search(value):
+        return (f"'{choices.group()}' is a usage pattern (alternatives in brackets, as docs "
+                "write 'one of these')")
+    if value[:1] in "[{" and not any(c in value for c in "]}"):
+        return (f"'{value}' is a usage pattern like [A|B|C] cut at its first '|', which a shell "
+                "reads as a pipe")
+    return ""
 
 
 def _check_one(name: str, value: str, ctx: Context) -> list[Finding]:
@@ -165,23 +187,11 @@ def _check_variable(var: Variable, value: str, ctx: Context) -> list[Finding]:
     shell = computed(value)
     if shell:
         return found + [info(var.name, f"'{value}' is {shell}: its value is not checked here")]
-    hole = PLACEHOLDER.search(value)
-    if hole:
-        return found + [warning(var.name, f"'{hole.group()}' is a placeholder (text in angle "
-                                "brackets, as templates and examples write what to fill in), not "
-                                "a value: replace it before running; as written the process gets "
-                                "the brackets literally", f"{var.name}: {var.values}",
-                                source=var.link, advice=True)]
-    choices = CHOICES.search(value)
-    cut = value[:1] in "[{" and not any(c in value for c in "]}")  # [A|B] split at a | (a pipe)
-    if choices or cut:
-        shown = choices.group() if choices else value
-        how = "" if choices else (", cut at its first '|', which a shell reads as a pipe: a "
-                                  "usage pattern like [A|B|C]")
-        return found + [warning(var.name, f"'{shown}' is a usage pattern (alternatives in "
-                                f"brackets, as docs write 'one of these'){how}, not a value: "
-                                "pick one before running", f"{var.name}: {var.values}",
-                                source=var.link, advice=True)]
+    unfilled = _not_a_value_yet(value)
+    if unfilled:
+        return found + [warning(var.name, f"{unfilled}, not a value: fill it in before running; "
+                                "as written the process gets it literally",
+                                f"{var.name}: {var.values}", source=var.link, advice=True)]
     if _is_default(var, value, ctx):
         only = "; only =1 acts" if var.kind == "bool" and var.owner == "nccl" and value != "1" \
             else ""

@@ -38,15 +38,17 @@ def debug_file_name(var: Variable, value: str) -> list[Finding]:
     process of a node: a warning each (NCCL's docs warn that such output may be lost)."""
     found = conversions(value)
     codes = {c for _, c in found}
-    per_process = value + (".%p" if "h" in codes else ".%h.%p")
+    where = "of a node" if "h" in codes else \
+        "of a node (of the whole job, on a shared file system)"
+    shared = (f"every process {where} opens the same file '{_opened(value)}' with "
+              "fopen(..., \"w\"), which truncates it")
     literal = list(dict.fromkeys(f"%{c}" for _, c in found if c not in EXPANDED))
     if not literal:
-        where = "of a node" if "h" in codes else "of a node (of the whole job, on a shared file system)"
+        per_process = value + (".%p" if "h" in codes else ".%h.%p")
         return [] if "p" in codes else [warning(
-            var.name, f"no %p in the name: every process {where} opens the same file "
-            f"'{_opened(value)}' with fopen(..., \"w\"), which truncates it, and NCCL's docs "
-            "warn that output may be lost or corrupted when the name is not unique across the "
-            "job's processes (fine only with one process per node)",
+            var.name, f"no %p in the name: {shared}, and NCCL's docs warn that output may be "
+            "lost or corrupted when the name is not unique across the job's processes (fine "
+            "only with one process per node)",
             per_process, Edit("set", per_process, "one file per process"), source=var.doc)]
     words = ", ".join(f"'{c}'" for c in literal)
     message = (f"{words} {'is not a conversion' if len(literal) == 1 else 'are not conversions'}"
@@ -55,12 +57,9 @@ def debug_file_name(var: Variable, value: str) -> list[Finding]:
     if "p" in codes:
         return [warning(var.name, message, f"drop {words}, or write %% for a literal '%'",
                         source=DEBUG_CC)]
-    where = "of a node" if "h" in codes else \
-        "of a node (of the whole job, on a shared file system)"
     fixed = _per_process(value, found, "h" in codes)
-    return [warning(var.name, f"{message}, so without %p every process {where} opens the same "
-                    f"file '{_opened(value)}' with fopen(..., \"w\"), which truncates it, and "
-                    "they overwrite one another's log",
+    return [warning(var.name, f"{message}, so without %p {shared}, and they overwrite one "
+                    "another's log",
                     f"{var.name}={fixed} (one file per process; NCCL has no rank conversion)",
                     Edit("set", fixed, "NCCL expands only %h, %p and %%"), source=DEBUG_CC)]
 
